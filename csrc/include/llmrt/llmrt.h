@@ -1,0 +1,217 @@
+/*
+ * llmrt.h — the C core of llmrt: tensor types, per-type traits, CPU probe and kernel table.
+ *
+ * How to use it:
+ *   1. llmrt_cpu_init() once (idempotent; reads LLMRT_ISA). It probes the CPU with CPUID + XGETBV
+ *      (and asks Linux for AMX tile state) and fills the kernel table for the highest ISA level
+ *      that is both present and allowed.
+ *   2. llmrt_kernels() returns that table. Each entry is a function pointer and the name of the
+ *      kernel picked for it; every entry has a generic C fallback, so none is ever NULL for a
+ *      type whose traits say it is supported.
+ *   3. llmrt_set_isa(level) refills the table for another level (reduced to what the CPU has);
+ *      tests use it to run every path this CPU can run.
+ *
+ * Rules: C never aborts the host process and never prints. Functions that can fail return a
+ * status code (LLMRT_OK = 0, negative on error). Shapes and user input are validated by the
+ * caller (Python) before C is called; kernels assume valid input.
+ */
+#ifndef LLMRT_H
+#define LLMRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmrt/quant_blocks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. */
+enum {
+    LLMRT_OK = 0,
+    LLMRT_EINVAL = -1,       /* invalid argument */
+    LLMRT_ENOMEM = -2,       /* allocation failed */
+    LLMRT_EUNSUPPORTED = -3, /* type / op / ISA not supported */
+};
+
+/* Tensor element types. Numbering is ggml's / GGUF's, so a GGUF tensor's type id is used as is. */
+typedef enum {
+    LLMRT_TYPE_F32 = 0,
+    LLMRT_TYPE_F16 = 1,
+    LLMRT_TYPE_Q4_0 = 2,
+    LLMRT_TYPE_Q4_1 = 3,
+    LLMRT_TYPE_Q5_0 = 6,
+    LLMRT_TYPE_Q5_1 = 7,
+    LLMRT_TYPE_Q8_0 = 8,
+    LLMRT_TYPE_Q8_1 = 9,
+    LLMRT_TYPE_Q2_K = 10,
+    LLMRT_TYPE_Q3_K = 11,
+    LLMRT_TYPE_Q4_K = 12,
+    LLMRT_TYPE_Q5_K = 13,
+    LLMRT_TYPE_Q6_K = 14,
+    LLMRT_TYPE_Q8_K = 15,
+    LLMRT_TYPE_IQ4_NL = 20,
+    LLMRT_TYPE_IQ4_XS = 23,
+    LLMRT_TYPE_I8 = 24,
+    LLMRT_TYPE_I16 = 25,
+    LLMRT_TYPE_I32 = 26,
+    LLMRT_TYPE_I64 = 27,
+    LLMRT_TYPE_F64 = 28,
+    LLMRT_TYPE_BF16 = 30,
+    LLMRT_TYPE_COUNT = 40, /* size of per-type tables; ids without traits are unsupported */
+} llmrt_type;
+
+/* Kernel signatures. k = number of elements (a multiple of the type's block size). */
+typedef void (*llmrt_dequant_row_fn)(const void *x, float *y, int64_t k);
+typedef void (*llmrt_quant_row_fn)(const float *x, void *y, int64_t k);
+/* s[0] = dot(x, y) over n elements; x has the weight type, y its vec_dot_type. */
+typedef void (*llmrt_vec_dot_fn)(int n, float *s, const void *x, const void *y);
+
+/* Per-type traits (designated initializers in csrc/types.c). */
+typedef struct {
+    const char *name;       /* GGUF name: "Q4_0", "F16", ... */
+    int64_t blck_size;      /* elements per block */
+    size_t type_size;       /* bytes per block */
+    int is_quantized;
+    int vec_dot_type;       /* type the activations are converted to for this type's dot product */
+} llmrt_type_traits;
+
+/* NULL when the id is out of range or has no traits (unsupported). */
+const llmrt_type_traits *llmrt_type_traits_get(int type);
+/* Bytes of a row of ne elements; 0 if ne is not a multiple of the block size or type unknown. */
+size_t llmrt_row_size(int type, int64_t ne);
+
+/* ---- CPU ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int sse3, ssse3, avx, avx2, fma, f16c;
+    int avx512f, avx512bw, avx512vl, avx512dq, avx512cd;
+    int avx512_vnni, avx512_bf16, avx_vnni;
+    int amx_tile, amx_int8, amx_bf16;
+    int os_avx, os_avx512, os_amx; /* the OS saves the register state (XGETBV) */
+    int amx_granted;               /* arch_prctl(ARCH_REQ_XCOMP_PERM) succeeded */
+} llmrt_cpu_features;
+
+/* ISA levels, each implying the ones below it. */
+typedef enum {
+    LLMRT_ISA_GENERIC = 0,
+    LLMRT_ISA_AVX2 = 1,        /* AVX2 + FMA + F16C */
+    LLMRT_ISA_AVX512 = 2,      /* AVX-512 F/BW/VL/DQ */
+    LLMRT_ISA_AVX512_VNNI = 3, /* + AVX512-VNNI */
+    LLMRT_ISA_AMX = 4,         /* + AMX-TILE/INT8 (BF16 where present), granted by the OS */
+    LLMRT_ISA_COUNT = 5,
+} llmrt_isa;
+
+const char *llmrt_isa_name(int level);
+/* Parses "generic", "avx2", ...; returns -1 if unknown. */
+int llmrt_isa_from_name(const char *name);
+
+const llmrt_cpu_features *llmrt_cpu_features_get(void); /* probes on first call */
+int llmrt_isa_max_supported(void);                      /* highest level the CPU (and OS) allow */
+
+/* Initializes once with the level capped by the LLMRT_ISA environment variable. Returns the
+ * level in effect. *capped_from is set to the requested level when LLMRT_ISA asked for more
+ * than the CPU has (so the caller can warn), else -1. *bad_env is 1 if LLMRT_ISA was not a
+ * known name (then the maximum supported level is used). Either pointer may be NULL. */
+int llmrt_cpu_init(int *capped_from, int *bad_env);
+/* Refills the kernel table for min(level, max supported); returns the level in effect. */
+int llmrt_set_isa(int level);
+int llmrt_isa_current(void);
+
+/* ---- kernel table --------------------------------------------------------------------------- */
+
+typedef struct {
+    llmrt_dequant_row_fn dequant_row[LLMRT_TYPE_COUNT];
+    const char *dequant_row_name[LLMRT_TYPE_COUNT];
+    llmrt_quant_row_fn quant_row[LLMRT_TYPE_COUNT];      /* reference rounding (llama.cpp *_ref) */
+    const char *quant_row_name[LLMRT_TYPE_COUNT];
+    llmrt_vec_dot_fn vec_dot[LLMRT_TYPE_COUNT];          /* weight type x its vec_dot_type */
+    const char *vec_dot_name[LLMRT_TYPE_COUNT];
+} llmrt_kernel_table;
+
+const llmrt_kernel_table *llmrt_kernels(void);
+
+/* Each ISA file fills the entries it implements (and their names); lower levels are filled first.
+ * A register function is only called when the CPU supports its level. */
+void llmrt_register_kernels_generic(llmrt_kernel_table *kt);
+void llmrt_register_kernels_avx2(llmrt_kernel_table *kt);
+void llmrt_register_kernels_avx512(llmrt_kernel_table *kt);
+void llmrt_register_kernels_avx512_vnni(llmrt_kernel_table *kt);
+void llmrt_register_kernels_amx(llmrt_kernel_table *kt);
+/* Dot-product kernels live in their own files (csrc/kernels/dot_generic.c, x86/dot_*.c). */
+void llmrt_register_dot_kernels_generic(llmrt_kernel_table *kt);
+void llmrt_register_dot_kernels_avx2(llmrt_kernel_table *kt);
+void llmrt_register_dot_kernels_avx512(llmrt_kernel_table *kt);
+void llmrt_register_dot_kernels_avx512_vnni(llmrt_kernel_table *kt);
+
+/* ---- half / bfloat16 conversion (scalar, exact, round-to-nearest-even) ------------------------- */
+
+static inline float llmrt_fp16_to_fp32(llmrt_fp16_t h) {
+    union { uint32_t u; float f; } o;
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0) {
+        if (man == 0) {
+            o.u = sign;
+        } else { /* subnormal: normalize */
+            exp = 127 - 15 + 1;
+            while ((man & 0x400u) == 0) { man <<= 1; exp--; }
+            man &= 0x3ffu;
+            o.u = sign | (exp << 23) | (man << 13);
+        }
+    } else if (exp == 0x1f) {
+        o.u = sign | 0x7f800000u | (man << 13);
+    } else {
+        o.u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    return o.f;
+}
+
+static inline llmrt_fp16_t llmrt_fp32_to_fp16(float f) {
+    union { float f; uint32_t u; } in = { f };
+    const uint32_t x = in.u;
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) { /* inf or nan */
+        return (llmrt_fp16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
+    }
+    if (absx >= 0x477ff000u) { /* rounds to >= 65520: overflow to inf */
+        return (llmrt_fp16_t)(sign | 0x7c00u);
+    }
+    if (absx < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (absx < 0x33000000u) return (llmrt_fp16_t)sign; /* < 2^-25 rounds to 0 */
+        const uint32_t e = absx >> 23;
+        const uint32_t m = (absx & 0x7fffffu) | 0x800000u;
+        const uint32_t shift = 126 - e;         /* 14 + (113 - e) - 1 ... in [14, 24] */
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1);
+        const uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1u))) h++;
+        return (llmrt_fp16_t)(sign | h);
+    }
+    uint32_t h = ((absx >> 13) - (112u << 10)); /* rebias exponent 127 -> 15 */
+    const uint32_t rem = absx & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return (llmrt_fp16_t)(sign | h);
+}
+
+static inline float llmrt_bf16_to_fp32(llmrt_bf16_t h) {
+    union { uint32_t u; float f; } o;
+    o.u = (uint32_t)h << 16;
+    return o.f;
+}
+
+static inline llmrt_bf16_t llmrt_fp32_to_bf16(float f) {
+    union { float f; uint32_t u; } in = { f };
+    uint32_t x = in.u;
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (llmrt_bf16_t)((x >> 16) | 64); /* quiet nan */
+    return (llmrt_bf16_t)((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLMRT_H */

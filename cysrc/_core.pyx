@@ -1,0 +1,21 @@
+# cython: language_level=3
+"""llmrt._core — the one extension module: thin Cython over the C core in csrc/.
+
+Design note
+-----------
+All maths lives in C (csrc/). This module only restates the C headers (cysrc/*.pxd), converts
+numpy arrays to typed memoryviews, checks what C assumes (shapes, sizes, types) and releases the
+GIL around every call that can take time. Each concern has its own include file:
+
+    cpu.pxi     CPU features, ISA level, kernel table names
+    quants.pxi  dequantize / quantize rows of GGUF block types
+    graph.pxi   compute graph, thread pool, KV cache
+"""
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
+include "cpu.pxi"
+include "quants.pxi"
+include "graph.pxi"

@@ -1,0 +1,51 @@
+# Restates csrc/include/llmrt/llmrt.h for Cython.
+from libc.stdint cimport int64_t, uint16_t
+
+cdef extern from "llmrt/llmrt.h" nogil:
+    enum:
+        LLMRT_OK
+        LLMRT_EINVAL
+        LLMRT_ENOMEM
+        LLMRT_EUNSUPPORTED
+        LLMRT_TYPE_COUNT
+        LLMRT_ISA_COUNT
+
+    ctypedef void (*llmrt_dequant_row_fn)(const void *x, float *y, int64_t k)
+    ctypedef void (*llmrt_quant_row_fn)(const float *x, void *y, int64_t k)
+    ctypedef void (*llmrt_vec_dot_fn)(int n, float *s, const void *x, const void *y)
+
+    ctypedef struct llmrt_type_traits:
+        const char *name
+        int64_t blck_size
+        size_t type_size
+        int is_quantized
+        int vec_dot_type
+
+    const llmrt_type_traits *llmrt_type_traits_get(int type)
+    size_t llmrt_row_size(int type, int64_t ne)
+
+    ctypedef struct llmrt_cpu_features:
+        int sse3, ssse3, avx, avx2, fma, f16c
+        int avx512f, avx512bw, avx512vl, avx512dq, avx512cd
+        int avx512_vnni, avx512_bf16, avx_vnni
+        int amx_tile, amx_int8, amx_bf16
+        int os_avx, os_avx512, os_amx
+        int amx_granted
+
+    const char *llmrt_isa_name(int level)
+    int llmrt_isa_from_name(const char *name)
+    const llmrt_cpu_features *llmrt_cpu_features_get()
+    int llmrt_isa_max_supported()
+    int llmrt_cpu_init(int *capped_from, int *bad_env)
+    int llmrt_set_isa(int level)
+    int llmrt_isa_current()
+
+    ctypedef struct llmrt_kernel_table:
+        llmrt_dequant_row_fn dequant_row[40]
+        const char *dequant_row_name[40]
+        llmrt_quant_row_fn quant_row[40]
+        const char *quant_row_name[40]
+        llmrt_vec_dot_fn vec_dot[40]
+        const char *vec_dot_name[40]
+
+    const llmrt_kernel_table *llmrt_kernels()

@@ -1,0 +1,76 @@
+# CPU probe, ISA level and kernel table (csrc/cpu.c).
+from c_llmrt cimport *
+
+_FEATURE_NAMES = (
+    "sse3", "ssse3", "avx", "avx2", "fma", "f16c",
+    "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd",
+    "avx512_vnni", "avx512_bf16", "avx_vnni",
+    "amx_tile", "amx_int8", "amx_bf16", "os_avx", "os_avx512", "os_amx", "amx_granted",
+)
+
+ISA_NAMES = tuple(llmrt_isa_name(i).decode() for i in range(LLMRT_ISA_COUNT))
+
+
+def cpu_features():
+    """Dict of CPU feature flags as the probe found them (after OS support checks)."""
+    cdef const llmrt_cpu_features *f = llmrt_cpu_features_get()
+    values = (
+        f.sse3, f.ssse3, f.avx, f.avx2, f.fma, f.f16c,
+        f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq, f.avx512cd,
+        f.avx512_vnni, f.avx512_bf16, f.avx_vnni,
+        f.amx_tile, f.amx_int8, f.amx_bf16, f.os_avx, f.os_avx512, f.os_amx, f.amx_granted,
+    )
+    return {name: bool(v) for name, v in zip(_FEATURE_NAMES, values)}
+
+
+def isa_max_supported():
+    """Name of the highest ISA level this CPU (and OS) supports."""
+    return ISA_NAMES[llmrt_isa_max_supported()]
+
+
+def cpu_init():
+    """Initialize from LLMRT_ISA. Returns (level in effect, capped-from level or None, bad_env)."""
+    cdef int capped = -1
+    cdef int bad = 0
+    cdef int level = llmrt_cpu_init(&capped, &bad)
+    return ISA_NAMES[level], (ISA_NAMES[capped] if capped >= 0 else None), bool(bad)
+
+
+def set_isa(name):
+    """Refill the kernel table for ISA level `name`, reduced to what the CPU has. Returns the
+    level in effect."""
+    cdef int level = llmrt_isa_from_name(name.encode())
+    if level < 0:
+        raise ValueError(f"unknown ISA level {name!r}; expected one of {', '.join(ISA_NAMES)}")
+    return ISA_NAMES[llmrt_set_isa(level)]
+
+
+def isa_current():
+    return ISA_NAMES[llmrt_isa_current()]
+
+
+def kernel_names():
+    """{table: {type name: kernel name}} for every filled entry of the kernel table."""
+    cdef const llmrt_kernel_table *kt = llmrt_kernels()
+    cdef const llmrt_type_traits *tt
+    out = {"dequant_row": {}, "quant_row": {}, "vec_dot": {}}
+    for t in range(LLMRT_TYPE_COUNT):
+        tt = llmrt_type_traits_get(t)
+        if tt == NULL:
+            continue
+        tname = tt.name.decode()
+        if kt.dequant_row_name[t] != NULL:
+            out["dequant_row"][tname] = kt.dequant_row_name[t].decode()
+        if kt.quant_row_name[t] != NULL:
+            out["quant_row"][tname] = kt.quant_row_name[t].decode()
+        if kt.vec_dot_name[t] != NULL:
+            out["vec_dot"][tname] = kt.vec_dot_name[t].decode()
+    return out
+
+
+def type_traits(int type_id):
+    """(name, block size, bytes per block, is_quantized, vec_dot_type) or None if unsupported."""
+    cdef const llmrt_type_traits *tt = llmrt_type_traits_get(type_id)
+    if tt == NULL:
+        return None
+    return (tt.name.decode(), tt.blck_size, tt.type_size, bool(tt.is_quantized), tt.vec_dot_type)

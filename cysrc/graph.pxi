@@ -1,0 +1,1 @@
+# Graph runtime, ops, KV cache (csrc/graph.c, csrc/ops/, csrc/kv_cache.c).
