@@ -9,6 +9,7 @@ GIL around every call that can take time. Each concern has its own include file:
 
     cpu.pxi     CPU features, ISA level, kernel table names
     quants.pxi  dequantize / quantize rows of GGUF block types
+    dot.pxi     dot products of one weight row with one activation row (vec_dot kernels)
     graph.pxi   compute graph, thread pool, KV cache
 """
 import numpy as np
@@ -18,4 +19,5 @@ cnp.import_array()
 
 include "cpu.pxi"
 include "quants.pxi"
+include "dot.pxi"
 include "graph.pxi"

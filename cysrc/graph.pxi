@@ -1,1 +1,736 @@
-# Graph runtime, ops, KV cache (csrc/graph.c, csrc/ops/, csrc/kv_cache.c).
+# Compute graph, thread pool and KV cache (csrc/graph.c, csrc/ops/, csrc/threadpool.c,
+# csrc/kv_cache.c).
+#
+# Every op method checks shapes and types here and raises ValueError naming the op
+# ("[mul_mat] w.ne0 (64) != x.ne0 (32)") before C is called; C then only builds the node.
+# Graph.run validates the run's inputs, releases the GIL and returns a new float32 array.
+from c_graph cimport *
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+
+# ggml type ids used here (the full list is llmrt.h's llmrt_type)
+_T_F32 = 0
+_T_F16 = 1
+_T_I32 = 26
+_T_BF16 = 30
+
+_ROPE_MODES = (0, 2)
+_GLU_ACTS = {"silu": LLMRT_GLU_SILU, "gelu": LLMRT_GLU_GELU}
+
+
+cdef class Graph
+
+
+def _type_name(int type_id):
+    cdef const llmrt_type_traits *tt = llmrt_type_traits_get(type_id)
+    return tt.name.decode() if tt != NULL else f"type {type_id}"
+
+
+cdef class ThreadPool:
+    """A pool of n_threads - 1 worker threads (the calling thread is the n-th), started once."""
+    cdef llmrt_threadpool *tp
+    cdef readonly int n_threads
+
+    def __cinit__(self, int n_threads):
+        if n_threads < 1:
+            raise ValueError(f"[threadpool] n_threads must be >= 1, got {n_threads}")
+        self.tp = llmrt_threadpool_new(n_threads)
+        if self.tp == NULL:
+            raise MemoryError(f"[threadpool] could not start {n_threads} threads")
+        self.n_threads = n_threads
+
+    def __dealloc__(self):
+        if self.tp != NULL:
+            llmrt_threadpool_free(self.tp)
+            self.tp = NULL
+
+
+_pools = {}
+
+
+def thread_pool(int n_threads):
+    """The process-wide pool with n_threads threads (created on first use, then shared by every
+    Graph that asks for that many threads)."""
+    pool = _pools.get(n_threads)
+    if pool is None:
+        pool = ThreadPool(n_threads)
+        _pools[n_threads] = pool
+    return pool
+
+
+cdef class KVCache:
+    """Per-layer K and V cells [n_ctx, n_head_kv, hd] in f16 (default) or f32, one positions
+    array shared by all layers, and n_used. n_head_kv, hd_k and hd_v are ints or per-layer
+    lists (Gemma-style per-layer shapes)."""
+    cdef llmrt_kv_cache *c
+    cdef readonly str dtype
+
+    def __cinit__(self, int n_layer, int n_ctx, n_head_kv, hd_k, hd_v, dtype="f16"):
+        if n_layer < 1:
+            raise ValueError(f"[kv_cache] n_layer must be >= 1, got {n_layer}")
+        if n_ctx < 1:
+            raise ValueError(f"[kv_cache] n_ctx must be >= 1, got {n_ctx}")
+        if dtype not in ("f16", "f32"):
+            raise ValueError(f"[kv_cache] dtype must be 'f16' or 'f32', got {dtype!r}")
+        shapes = []
+        for name, val in (("n_head_kv", n_head_kv), ("hd_k", hd_k), ("hd_v", hd_v)):
+            vals = [int(v) for v in val] if hasattr(val, "__len__") else [int(val)] * n_layer
+            if len(vals) != n_layer:
+                raise ValueError(f"[kv_cache] {name} has {len(vals)} entries, expected n_layer = {n_layer}")
+            if min(vals) < 1:
+                raise ValueError(f"[kv_cache] {name} must be >= 1, got {min(vals)}")
+            shapes.append(np.ascontiguousarray(vals, dtype=np.intc))
+        cdef int[::1] nkv = shapes[0]
+        cdef int[::1] hk = shapes[1]
+        cdef int[::1] hv = shapes[2]
+        self.c = llmrt_kv_cache_new(n_layer, n_ctx, &nkv[0], &hk[0], &hv[0],
+                                    _T_F16 if dtype == "f16" else _T_F32)
+        if self.c == NULL:
+            raise MemoryError(f"[kv_cache] could not allocate {n_layer} layers x {n_ctx} cells")
+        self.dtype = dtype
+
+    def __dealloc__(self):
+        if self.c != NULL:
+            llmrt_kv_cache_free(self.c)
+            self.c = NULL
+
+    @property
+    def n_layer(self):
+        return self.c.n_layer
+
+    @property
+    def n_ctx(self):
+        return self.c.n_ctx
+
+    @property
+    def n_used(self):
+        return self.c.n_used
+
+    @property
+    def n_pending(self):
+        """Cells reserved by prepare() for the next run (0 when none)."""
+        return self.c.n_pending
+
+    def layer_shape(self, int layer):
+        """(n_head_kv, hd_k, hd_v) of a layer."""
+        self._check_layer(layer)
+        return (self.c.n_head_kv[layer], self.c.hd_k[layer], self.c.hd_v[layer])
+
+    def _check_layer(self, int layer):
+        if layer < 0 or layer >= self.c.n_layer:
+            raise ValueError(f"[kv_cache] layer {layer} out of range [0, {self.c.n_layer})")
+
+    def positions(self):
+        """Positions of the used cells, int32 [n_used] (a copy)."""
+        cdef int n = self.c.n_used
+        out = np.empty(n, dtype=np.int32)
+        cdef int32_t[::1] o = out
+        cdef int i
+        for i in range(n):
+            o[i] = self.c.pos[i]
+        return out
+
+    def _cells(self, int layer, bint want_k):
+        self._check_layer(layer)
+        cdef size_t cell = (llmrt_kv_cache_k_cell_bytes(self.c, layer) if want_k
+                            else llmrt_kv_cache_v_cell_bytes(self.c, layer))
+        cdef size_t nbytes = cell * <size_t>self.c.n_used
+        raw = np.empty(nbytes, dtype=np.uint8)
+        cdef unsigned char[::1] r = raw
+        cdef const unsigned char *src = <const unsigned char *>(self.c.k[layer] if want_k else self.c.v[layer])
+        cdef size_t i
+        for i in range(nbytes):
+            r[i] = src[i]
+        hd = self.c.hd_k[layer] if want_k else self.c.hd_v[layer]
+        dt = np.float16 if self.dtype == "f16" else np.float32
+        return raw.view(dt).reshape(self.c.n_used, self.c.n_head_kv[layer], hd)
+
+    def k(self, int layer):
+        """Keys of the used cells of a layer, [n_used, n_head_kv, hd_k] (a copy)."""
+        return self._cells(layer, True)
+
+    def v(self, int layer):
+        """Values of the used cells of a layer, [n_used, n_head_kv, hd_v] (a copy)."""
+        return self._cells(layer, False)
+
+    def clear(self):
+        llmrt_kv_cache_clear(self.c)
+
+    def prepare(self, int n):
+        """Reserve cells [n_used, n_used + n) for the next run; returns the first cell index."""
+        if n < 1:
+            raise ValueError(f"[kv_cache] prepare: n must be >= 1, got {n}")
+        rc = llmrt_kv_cache_prepare(self.c, n)
+        if rc < 0:
+            raise ValueError(f"[kv_cache] prepare: {n} new cells do not fit: n_used {self.c.n_used}"
+                             f" + {n} > n_ctx {self.c.n_ctx}")
+        return rc
+
+    def truncate(self, int n_used):
+        """Drop cells >= n_used (and any reservation)."""
+        if n_used < 0 or n_used > self.c.n_used:
+            raise ValueError(f"[kv_cache] truncate: n_used must be in [0, {self.c.n_used}], got {n_used}")
+        llmrt_kv_cache_truncate(self.c, n_used)
+
+    def __repr__(self):
+        return (f"KVCache(n_layer={self.c.n_layer}, n_ctx={self.c.n_ctx}, n_used={self.c.n_used}, "
+                f"dtype={self.dtype!r})")
+
+
+cdef class Tensor:
+    """A handle to a tensor of a Graph. ne is in ggml order (ne[0] = row length); for
+    activations the last entry is the token dim at its capacity (token_dim says which)."""
+    cdef readonly Graph graph
+    cdef readonly int id
+
+    def __cinit__(self, Graph graph, int id):
+        self.graph = graph
+        self.id = id
+
+    cdef const llmrt_tensor *t(self):
+        return llmrt_graph_tensor(self.graph.g, self.id)
+
+    @property
+    def type_id(self):
+        return self.t().type
+
+    @property
+    def type_name(self):
+        return _type_name(self.t().type)
+
+    @property
+    def n_dims(self):
+        return self.t().n_dims
+
+    @property
+    def ne(self):
+        cdef const llmrt_tensor *t = self.t()
+        ne = [t.ne[d] for d in range(t.n_dims)]
+        if t.tok_dim >= 0:
+            ne[t.tok_dim] = t.tok_cap
+        return tuple(ne)
+
+    @property
+    def token_dim(self):
+        """Index of the token dim, or None for weights."""
+        cdef int d = self.t().tok_dim
+        return None if d < 0 else d
+
+    @property
+    def is_weight(self):
+        return self.t().tok_kind == LLMRT_TOK_NONE
+
+    @property
+    def op(self):
+        return llmrt_op_name(self.t().op).decode()
+
+    def __repr__(self):
+        return f"Tensor({self.op}, {self.type_name}, ne={self.ne})"
+
+
+cdef class Graph:
+    """A compute graph built once for up to max_tokens tokens per run and run many times.
+
+    Weights are zero-copy views of numpy arrays (the graph keeps a reference). Activations are
+    f32 with the token dim last. build() plans the arena; run() executes on n_threads threads.
+    """
+    cdef llmrt_graph *g
+    cdef readonly ThreadPool pool
+    cdef readonly int max_tokens
+    cdef list _keep              # arrays whose memory weights point into
+    cdef int _vocab              # smallest row count of a get_rows weight (-1 if none)
+    cdef list _attn              # (layer, n_head_kv, hd_k, hd_v) per attention node
+    cdef object _cache           # the cache given to attention(), used when run() gets none
+
+    def __cinit__(self, int max_tokens, int n_threads):
+        if max_tokens < 1:
+            raise ValueError(f"[graph] max_tokens must be >= 1, got {max_tokens}")
+        if n_threads < 1:
+            raise ValueError(f"[graph] n_threads must be >= 1, got {n_threads}")
+        self.pool = thread_pool(n_threads)
+        self.g = llmrt_graph_new(max_tokens, self.pool.tp)
+        if self.g == NULL:
+            raise MemoryError("[graph] out of memory")
+        self.max_tokens = max_tokens
+        self._keep = []
+        self._vocab = -1
+        self._attn = []
+        self._cache = None
+
+    def __dealloc__(self):
+        if self.g != NULL:
+            llmrt_graph_free(self.g)
+            self.g = NULL
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    cdef Tensor _new(self, int rc, str op):
+        if rc >= 0:
+            return Tensor(self, rc)
+        if rc == LLMRT_ENOMEM:
+            raise MemoryError(f"[{op}] out of memory")
+        if rc == LLMRT_EUNSUPPORTED:
+            raise RuntimeError(f"[{op}] not supported: no kernel for this type in the kernel table")
+        raise ValueError(f"[{op}] invalid arguments")
+
+    cdef _building(self, str op):
+        if llmrt_graph_is_built(self.g):
+            raise RuntimeError(f"[{op}] the graph is already built; no more nodes")
+
+    cdef const llmrt_tensor *_tensor(self, x, str op, str name) except NULL:
+        if not isinstance(x, Tensor) or (<Tensor>x).graph is not self:
+            raise ValueError(f"[{op}] {name} must be a Tensor of this graph, got {type(x).__name__}")
+        return llmrt_graph_tensor(self.g, (<Tensor>x).id)
+
+    cdef const llmrt_tensor *_act(self, x, str op, str name) except NULL:
+        cdef const llmrt_tensor *t = self._tensor(x, op, name)
+        if t.tok_kind == LLMRT_TOK_NONE or t.type != _T_F32 or t.op == LLMRT_OP_INPUT:
+            raise ValueError(f"[{op}] {name} must be an f32 activation, got {x!r}")
+        return t
+
+    cdef const llmrt_tensor *_weight(self, x, str op, str name) except NULL:
+        cdef const llmrt_tensor *t = self._tensor(x, op, name)
+        if t.tok_kind != LLMRT_TOK_NONE:
+            raise ValueError(f"[{op}] {name} must be a weight, got {x!r}")
+        return t
+
+    cdef _input(self, x, int which, str op, str name, str maker):
+        cdef const llmrt_tensor *t = self._tensor(x, op, name)
+        if t.op != LLMRT_OP_INPUT or t.op_params[0] != which:
+            raise ValueError(f"[{op}] {name} must be the graph's {maker}, got {x!r}")
+
+    # ---- leaves -----------------------------------------------------------------------------
+
+    def weight(self, arr, int type_id, ne):
+        """A weight over arr's memory (zero-copy; the graph keeps arr alive). ne in ggml order."""
+        self._building("weight")
+        cdef const llmrt_type_traits *tt = llmrt_type_traits_get(type_id)
+        if tt == NULL:
+            raise ValueError(f"[weight] unsupported type id {type_id}")
+        tname = tt.name.decode()
+        if not isinstance(arr, np.ndarray):
+            raise ValueError(f"[weight] arr must be a numpy array, got {type(arr).__name__}")
+        if not arr.flags.c_contiguous:
+            raise ValueError("[weight] arr must be C-contiguous")
+        ok = {_T_F32: (np.float32, np.uint8), _T_F16: (np.float16, np.uint16, np.uint8),
+              _T_BF16: (np.uint16, np.uint8)}.get(type_id, (np.uint8,))
+        if arr.dtype not in [np.dtype(d) for d in ok]:
+            raise ValueError(f"[weight] a {tname} weight needs dtype "
+                             f"{' or '.join(np.dtype(d).name for d in ok)}, got {arr.dtype}")
+        ne = tuple(int(v) for v in ne)
+        if not 1 <= len(ne) <= 4:
+            raise ValueError(f"[weight] ne must have 1 to 4 dims, got {ne}")
+        if min(ne) < 1:
+            raise ValueError(f"[weight] every ne must be >= 1, got {ne}")
+        if ne[0] % tt.blck_size != 0:
+            raise ValueError(f"[weight] ne0 ({ne[0]}) must be a multiple of the {tname} block "
+                             f"size ({tt.blck_size})")
+        rows = 1
+        for v in ne[1:]:
+            rows *= v
+        rs = llmrt_row_size(type_id, ne[0])
+        if arr.nbytes != rs * rows:
+            raise ValueError(f"[weight] arr.nbytes ({arr.nbytes}) != row_size({tname}, {ne[0]}) "
+                             f"({rs}) * {rows} rows = {rs * rows}")
+        cdef uintptr_t addr = <uintptr_t>cnp.PyArray_DATA(<cnp.ndarray>arr)
+        align = 4 if (type_id == _T_F32 or tt.type_size % 4 == 0) else 2
+        if addr % align != 0:
+            raise ValueError(f"[weight] data of a {tname} weight must be {align}-byte aligned")
+        cdef int64_t cne[4]
+        for d in range(len(ne)):
+            cne[d] = ne[d]
+        rc = llmrt_graph_weight(self.g, type_id, cne, len(ne), <const void *>addr)
+        t = self._new(rc, "weight")
+        self._keep.append(arr)
+        return t
+
+    def input_tokens(self):
+        """int32 [n] token ids, set per run."""
+        self._building("input_tokens")
+        return self._new(llmrt_graph_input(self.g, LLMRT_INPUT_TOKENS, 0), "input_tokens")
+
+    def input_positions(self):
+        """int32 [n] positions, set per run."""
+        self._building("input_positions")
+        return self._new(llmrt_graph_input(self.g, LLMRT_INPUT_POSITIONS, 0), "input_positions")
+
+    def input_out_rows(self, int max_out):
+        """int32 [n_out <= max_out]: token indices whose rows get_rows_f32 keeps."""
+        self._building("input_out_rows")
+        if max_out < 1:
+            raise ValueError(f"[input_out_rows] max_out must be >= 1, got {max_out}")
+        cdef int have = llmrt_graph_input_id(self.g, LLMRT_INPUT_OUT_ROWS)
+        if have >= 0 and llmrt_graph_max_out(self.g) != max_out:
+            raise ValueError(f"[input_out_rows] already defined with max_out "
+                             f"{llmrt_graph_max_out(self.g)}, got {max_out}")
+        return self._new(llmrt_graph_input(self.g, LLMRT_INPUT_OUT_ROWS, max_out), "input_out_rows")
+
+    # ---- ops --------------------------------------------------------------------------------
+
+    def get_rows(self, w, tok):
+        """Rows tok of weight w [ne0, n_rows] (any type, dequantized) -> f32 [ne0, n]."""
+        self._building("get_rows")
+        cdef const llmrt_tensor *tw = self._weight(w, "get_rows", "w")
+        self._input(tok, LLMRT_INPUT_TOKENS, "get_rows", "tok", "input_tokens()")
+        if tw.ne[2] != 1 or tw.ne[3] != 1:
+            raise ValueError(f"[get_rows] w must be 2-D, got ne={w.ne}")
+        t = self._new(llmrt_graph_get_rows(self.g, w.id, tok.id), "get_rows")
+        if self._vocab < 0 or tw.ne[1] < self._vocab:
+            self._vocab = tw.ne[1]
+        return t
+
+    def rms_norm(self, x, float eps):
+        """x / sqrt(mean(x^2) + eps) over ne0 of each row (per head for [hd, n_head, n])."""
+        self._building("rms_norm")
+        self._act(x, "rms_norm", "x")
+        if not eps >= 0:
+            raise ValueError(f"[rms_norm] eps must be >= 0, got {eps}")
+        return self._new(llmrt_graph_rms_norm(self.g, x.id, eps), "rms_norm")
+
+    cdef _binary(self, str op, a, b):
+        self._building(op)
+        cdef const llmrt_tensor *ta = self._act(a, op, "a")
+        cdef const llmrt_tensor *tb = self._tensor(b, op, "b")
+        if tb.tok_kind != LLMRT_TOK_NONE:
+            if tb.type != _T_F32 or tb.op == LLMRT_OP_INPUT:
+                raise ValueError(f"[{op}] b must be an f32 activation or a weight, got {b!r}")
+            if a.ne != b.ne or ta.tok_kind != tb.tok_kind:
+                raise ValueError(f"[{op}] shapes differ: a.ne {a.ne} != b.ne {b.ne}")
+        else:
+            if tb.type not in (_T_F32, _T_F16, _T_BF16):
+                raise ValueError(f"[{op}] a weight b must be F32, F16 or BF16, got {b.type_name}")
+            ane = a.ne
+            for d in range(4):
+                bd = tb.ne[d]
+                ad = ane[d] if d < len(ane) else 1
+                if d >= ta.tok_dim:
+                    if bd != 1:
+                        raise ValueError(f"[{op}] b.ne{d} ({bd}) must be 1: a's dim {d} is "
+                                         f"{'the token dim' if d == ta.tok_dim else 'past it'}")
+                elif bd != 1 and bd != ad:
+                    raise ValueError(f"[{op}] b.ne{d} ({bd}) must be 1 or a.ne{d} ({ad})")
+        if op == "mul":
+            return self._new(llmrt_graph_mul(self.g, a.id, b.id), op)
+        return self._new(llmrt_graph_add(self.g, a.id, b.id), op)
+
+    def mul(self, a, b):
+        """a * b elementwise; b an activation of a's shape or a weight broadcast over a."""
+        return self._binary("mul", a, b)
+
+    def add(self, a, b):
+        """a + b elementwise; b an activation of a's shape or a weight broadcast over a."""
+        return self._binary("add", a, b)
+
+    def scale(self, a, float s):
+        self._building("scale")
+        self._act(a, "scale", "a")
+        return self._new(llmrt_graph_scale(self.g, a.id, s), "scale")
+
+    def mul_mat(self, w, x):
+        """w [K, M] (any weight type) times x f32 [K, n] -> f32 [M, n]."""
+        self._building("mul_mat")
+        cdef const llmrt_tensor *tw = self._weight(w, "mul_mat", "w")
+        cdef const llmrt_tensor *tx = self._act(x, "mul_mat", "x")
+        if tw.ne[2] != 1 or tw.ne[3] != 1:
+            raise ValueError(f"[mul_mat] w must be 2-D, got ne={w.ne}")
+        if tw.ne[0] != tx.ne[0]:
+            raise ValueError(f"[mul_mat] w.ne0 ({tw.ne[0]}) != x.ne0 ({tx.ne[0]})")
+        cdef const llmrt_kernel_table *kt = llmrt_kernels()
+        cdef const llmrt_type_traits *tt = llmrt_type_traits_get(tw.type)
+        if kt.vec_dot[tw.type] == NULL:
+            raise RuntimeError(f"[mul_mat] no vec_dot kernel for {w.type_name} weights")
+        vt = tt.vec_dot_type
+        if (tw.type != _T_F32 and vt not in (_T_F16, _T_BF16) and kt.quant_row[vt] == NULL):
+            raise RuntimeError(f"[mul_mat] no quant_row kernel for {_type_name(vt)} "
+                               f"(the activation type of {w.type_name})")
+        return self._new(llmrt_graph_mul_mat(self.g, w.id, x.id), "mul_mat")
+
+    def reshape(self, x, ne):
+        """A view of x with per-token shape ne (ggml order); the token dim stays last. ne may
+        end with -1 (or the token capacity) standing for the token dim."""
+        self._building("reshape")
+        cdef const llmrt_tensor *tx = self._act(x, "reshape", "x")
+        ne = tuple(int(v) for v in ne)
+        have = 1
+        for d in range(tx.tok_dim):
+            have *= tx.ne[d]
+        want = 1
+        for v in ne:
+            want *= v
+        if want != have and len(ne) >= 2 and ne[len(ne) - 1] in (-1, tx.tok_cap):
+            ne = ne[:len(ne) - 1]
+            want = 1
+            for v in ne:
+                want *= v
+        if not 1 <= len(ne) <= 3 or min(ne) < 1:
+            raise ValueError(f"[reshape] ne must be 1 to 3 positive per-token dims, got {ne}")
+        if want != have:
+            raise ValueError(f"[reshape] ne {ne} holds {want} elements per token, x has {have}")
+        cdef int64_t cne[4]
+        for d in range(len(ne)):
+            cne[d] = ne[d]
+        return self._new(llmrt_graph_reshape(self.g, x.id, cne, len(ne)), "reshape")
+
+    def rope(self, x, pos, int n_rot, int mode, float freq_base, float freq_scale=1.0,
+             float ext_factor=0.0, float attn_factor=1.0, float beta_fast=32.0,
+             float beta_slow=1.0, int n_ctx_orig=0, freq_factors=None):
+        """Rotary embedding of x [hd, n_head, n] at positions pos, as ggml_rope_ext."""
+        self._building("rope")
+        cdef const llmrt_tensor *tx = self._act(x, "rope", "x")
+        self._input(pos, LLMRT_INPUT_POSITIONS, "rope", "pos", "input_positions()")
+        if tx.n_dims != 3 or tx.tok_kind != LLMRT_TOK_N:
+            raise ValueError(f"[rope] x must be [hd, n_head, n], got ne={x.ne}")
+        if n_rot < 2 or n_rot % 2 or n_rot > tx.ne[0]:
+            raise ValueError(f"[rope] n_rot ({n_rot}) must be even, >= 2 and <= hd ({tx.ne[0]})")
+        if mode not in _ROPE_MODES:
+            raise ValueError(f"[rope] mode must be 0 (normal) or 2 (neox), got {mode}")
+        if not freq_base > 0:
+            raise ValueError(f"[rope] freq_base must be > 0, got {freq_base}")
+        if not freq_scale > 0:
+            raise ValueError(f"[rope] freq_scale must be > 0, got {freq_scale}")
+        cdef int ff_id = -1
+        cdef const llmrt_tensor *tf
+        if freq_factors is not None:
+            tf = self._weight(freq_factors, "rope", "freq_factors")
+            if tf.type != _T_F32 or tf.ne[0] < n_rot // 2:
+                raise ValueError(f"[rope] freq_factors must be an F32 weight of >= n_rot/2 "
+                                 f"({n_rot // 2}) values, got {freq_factors!r}")
+            ff_id = freq_factors.id
+        cdef llmrt_rope_params p
+        p.n_rot = n_rot
+        p.mode = mode
+        p.n_ctx_orig = n_ctx_orig
+        p.freq_base = freq_base
+        p.freq_scale = freq_scale
+        p.ext_factor = ext_factor
+        p.attn_factor = attn_factor
+        p.beta_fast = beta_fast
+        p.beta_slow = beta_slow
+        return self._new(llmrt_graph_rope(self.g, x.id, pos.id, ff_id, &p), "rope")
+
+    def attention(self, q, k, v, cache, int layer, float scale, int n_swa=0, float softcap=0.0):
+        """Stores k, v of this run's tokens in `layer` of the cache, then attends causally over
+        the cache (GQA, optional sliding window n_swa and softcap). -> [hd_v * n_head, n]."""
+        self._building("attention")
+        cdef const llmrt_tensor *tq = self._act(q, "attention", "q")
+        cdef const llmrt_tensor *tk = self._act(k, "attention", "k")
+        cdef const llmrt_tensor *tv = self._act(v, "attention", "v")
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if len(t.ne) != 3 or t.token_dim != 2:
+                raise ValueError(f"[attention] {name} must be [hd, n_head, n], got ne={t.ne}")
+        if tq.tok_kind != LLMRT_TOK_N or tk.tok_kind != LLMRT_TOK_N or tv.tok_kind != LLMRT_TOK_N:
+            raise ValueError("[attention] q, k, v must have one row per token (not picked rows)")
+        if tq.ne[0] != tk.ne[0]:
+            raise ValueError(f"[attention] q head dim ({tq.ne[0]}) != k head dim ({tk.ne[0]})")
+        if tk.ne[1] != tv.ne[1]:
+            raise ValueError(f"[attention] k heads ({tk.ne[1]}) != v heads ({tv.ne[1]})")
+        if tq.ne[1] % tk.ne[1] != 0:
+            raise ValueError(f"[attention] n_head ({tq.ne[1]}) is not a multiple of n_head_kv "
+                             f"({tk.ne[1]})")
+        if layer < 0:
+            raise ValueError(f"[attention] layer must be >= 0, got {layer}")
+        if n_swa < 0:
+            raise ValueError(f"[attention] n_swa must be >= 0, got {n_swa}")
+        if not softcap >= 0:
+            raise ValueError(f"[attention] softcap must be >= 0, got {softcap}")
+        shape = (layer, tk.ne[1], tk.ne[0], tv.ne[0])
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise ValueError(f"[attention] cache must be a KVCache, got {type(cache).__name__}")
+            self._check_cache_layer(cache, shape, "attention")
+            if self._cache is None:
+                self._cache = cache
+        t = self._new(llmrt_graph_attention(self.g, q.id, k.id, v.id, layer, scale, n_swa, softcap),
+                      "attention")
+        self._attn.append(shape)
+        return t
+
+    cdef _check_cache_layer(self, KVCache cache, shape, str op):
+        layer, nkv, hdk, hdv = shape
+        if layer >= cache.n_layer:
+            raise ValueError(f"[{op}] layer {layer} out of range: the cache has {cache.n_layer} layers")
+        have = cache.layer_shape(layer)
+        if have != (nkv, hdk, hdv):
+            raise ValueError(f"[{op}] layer {layer}: k/v need (n_head_kv, hd_k, hd_v) = "
+                             f"{(nkv, hdk, hdv)}, the cache has {have}")
+
+    def silu(self, x):
+        self._building("silu")
+        self._act(x, "silu", "x")
+        return self._new(llmrt_graph_silu(self.g, x.id), "silu")
+
+    def gelu(self, x):
+        """GELU, tanh approximation, computed as ggml's CPU op (through an f16 table)."""
+        self._building("gelu")
+        self._act(x, "gelu", "x")
+        return self._new(llmrt_graph_gelu(self.g, x.id), "gelu")
+
+    def glu(self, gate, up, act):
+        """act(gate) * up with act "silu" or "gelu"."""
+        self._building("glu")
+        self._act(gate, "glu", "gate")
+        self._act(up, "glu", "up")
+        if act not in _GLU_ACTS:
+            raise ValueError(f"[glu] act must be 'silu' or 'gelu', got {act!r}")
+        if gate.ne != up.ne or gate.token_dim != up.token_dim:
+            raise ValueError(f"[glu] gate.ne {gate.ne} != up.ne {up.ne}")
+        return self._new(llmrt_graph_glu(self.g, gate.id, up.id, _GLU_ACTS[act]), "glu")
+
+    def softcap(self, x, float cap):
+        """cap * tanh(x / cap)."""
+        self._building("softcap")
+        self._act(x, "softcap", "x")
+        if not cap > 0:
+            raise ValueError(f"[softcap] cap must be > 0, got {cap}")
+        return self._new(llmrt_graph_softcap(self.g, x.id, cap), "softcap")
+
+    def get_rows_f32(self, x, rows):
+        """The rows (token indices) `rows` of activation x: [..., n] -> [..., n_out]."""
+        self._building("get_rows_f32")
+        cdef const llmrt_tensor *tx = self._act(x, "get_rows_f32", "x")
+        self._input(rows, LLMRT_INPUT_OUT_ROWS, "get_rows_f32", "rows", "input_out_rows()")
+        if tx.tok_kind != LLMRT_TOK_N:
+            raise ValueError("[get_rows_f32] x must have one row per token (not picked rows)")
+        return self._new(llmrt_graph_get_rows_f32(self.g, x.id, rows.id), "get_rows_f32")
+
+    def set_output(self, y):
+        self._building("set_output")
+        self._act(y, "set_output", "y")
+        rc = llmrt_graph_set_output(self.g, y.id)
+        if rc < 0:
+            raise ValueError("[set_output] invalid output")
+
+    def build(self):
+        """Plan the arena; after this no more nodes can be added."""
+        self._building("build")
+        if llmrt_graph_output(self.g) < 0:
+            raise ValueError("[build] no output: call set_output() first")
+        rc = llmrt_graph_build(self.g)
+        if rc == LLMRT_ENOMEM:
+            raise MemoryError("[build] out of memory planning the arena")
+        if rc < 0:
+            raise RuntimeError(f"[build] failed with status {rc}")
+
+    # ---- running ----------------------------------------------------------------------------
+
+    cdef _int32(self, x, str name, int n=-1):
+        a = np.asarray(x)
+        if a.ndim != 1 or (a.size > 0 and not np.issubdtype(a.dtype, np.integer)):
+            raise ValueError(f"[run] {name} must be a 1-D integer array, got shape {a.shape} "
+                             f"dtype {a.dtype}")
+        if n >= 0 and a.shape[0] != n:
+            raise ValueError(f"[run] {name} has {a.shape[0]} entries, expected {n}")
+        if a.dtype != np.int32:
+            if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+                raise ValueError(f"[run] {name} has values outside int32")
+            a = a.astype(np.int32)
+        return np.ascontiguousarray(a)
+
+    def run(self, tokens, positions, out_rows=None, cache=None):
+        """Run the graph on n tokens; returns a new float32 array [n_out or n, ...per-token
+        dims reversed] (e.g. [n_out, ne0])."""
+        if not llmrt_graph_is_built(self.g):
+            raise RuntimeError("[run] call build() first")
+        has_tok = llmrt_graph_input_id(self.g, LLMRT_INPUT_TOKENS) >= 0
+        has_rows = llmrt_graph_input_id(self.g, LLMRT_INPUT_OUT_ROWS) >= 0
+        pos_a = self._int32(positions, "positions")
+        cdef int n = pos_a.shape[0]
+        if n < 1 or n > self.max_tokens:
+            raise ValueError(f"[run] n ({n}) must be in [1, max_tokens = {self.max_tokens}]")
+        if tokens is None:
+            if has_tok:
+                raise ValueError("[run] the graph reads tokens: tokens must not be None")
+            tok_a = np.zeros(n, dtype=np.int32)
+        else:
+            tok_a = self._int32(tokens, "tokens", n)
+            if self._vocab >= 0 and (tok_a.min() < 0 or tok_a.max() >= self._vocab):
+                raise ValueError(f"[run] token ids must be in [0, {self._vocab}), got "
+                                 f"[{tok_a.min()}, {tok_a.max()}]")
+        cdef int max_out = llmrt_graph_max_out(self.g)
+        if has_rows:
+            if out_rows is None:
+                if n > max_out:
+                    raise ValueError(f"[run] out_rows=None keeps all {n} rows, more than "
+                                     f"max_out = {max_out}")
+                rows_a = np.arange(n, dtype=np.int32)
+            else:
+                rows_a = self._int32(out_rows, "out_rows")
+                if not 1 <= rows_a.shape[0] <= max_out:
+                    raise ValueError(f"[run] out_rows has {rows_a.shape[0]} entries, must be in "
+                                     f"[1, max_out = {max_out}]")
+                if rows_a.min() < 0 or rows_a.max() >= n:
+                    raise ValueError(f"[run] out_rows must be in [0, n = {n}), got "
+                                     f"[{rows_a.min()}, {rows_a.max()}]")
+        else:
+            if out_rows is not None:
+                raise ValueError("[run] out_rows given but the graph has no input_out_rows()")
+            rows_a = np.zeros(1, dtype=np.int32)
+        cdef KVCache kc = None
+        if self._attn:
+            if cache is None:
+                cache = self._cache
+            if cache is None:
+                raise ValueError("[run] the graph has attention: a KVCache is required")
+            if not isinstance(cache, KVCache):
+                raise ValueError(f"[run] cache must be a KVCache, got {type(cache).__name__}")
+            kc = <KVCache>cache
+            for shape in self._attn:
+                self._check_cache_layer(kc, shape, "run")
+            if kc.c.n_pending == 0:
+                kc.prepare(n)
+            elif kc.c.n_pending != n:
+                raise ValueError(f"[run] the cache has {kc.c.n_pending} cells prepared, the run "
+                                 f"has {n} tokens")
+        elif cache is not None and not isinstance(cache, KVCache):
+            raise ValueError(f"[run] cache must be a KVCache, got {type(cache).__name__}")
+
+        cdef const llmrt_tensor *y = llmrt_graph_tensor(self.g, llmrt_graph_output(self.g))
+        n_rows = n if y.tok_kind == LLMRT_TOK_N else rows_a.shape[0]
+        shape = [n_rows] + [y.ne[d] for d in range(y.tok_dim - 1, -1, -1)]
+        out = np.empty(shape, dtype=np.float32)
+
+        cdef int32_t[::1] tv = tok_a
+        cdef int32_t[::1] pv = pos_a
+        cdef int32_t[::1] rv = rows_a
+        cdef float[::1] ov = out.reshape(-1)
+        cdef llmrt_graph_inputs inp
+        inp.n = n
+        inp.tokens = &tv[0]
+        inp.positions = &pv[0]
+        inp.n_out = rows_a.shape[0]
+        inp.out_rows = &rv[0]
+        cdef llmrt_kv_cache *cptr = kc.c if kc is not None else NULL
+        cdef int rc
+        with nogil:
+            rc = llmrt_graph_run(self.g, &inp, cptr, &ov[0])
+        if rc < 0:
+            raise RuntimeError(f"[run] failed with status {rc}")
+        return out
+
+    # ---- inspection -------------------------------------------------------------------------
+
+    @property
+    def n_nodes(self):
+        """Compute nodes (including the hidden quantize / kv_store nodes)."""
+        return llmrt_graph_n_nodes(self.g)
+
+    @property
+    def n_tensors(self):
+        return llmrt_graph_n_tensors(self.g)
+
+    @property
+    def arena_bytes(self):
+        """Bytes of the planned arena (0 before build)."""
+        return llmrt_graph_arena_bytes(self.g)
+
+    @property
+    def tensor_bytes(self):
+        """Sum of all intermediate tensors' sizes at capacity (the arena without reuse)."""
+        return llmrt_graph_tensor_bytes(self.g)
+
+    @property
+    def n_threads(self):
+        return self.pool.n_threads
+
+    @property
+    def is_built(self):
+        return bool(llmrt_graph_is_built(self.g))

@@ -1,2 +1,58 @@
-# Dequantize / quantize rows of GGUF block types through the kernel table.
-# (filled in by the quantization work)
+# Dequantize / quantize rows of GGUF block types through the kernel table (csrc/kernels/).
+#
+# Shapes are checked in llmrt/quants.py; here only what C relies on is asserted: a C-contiguous
+# buffer holding exactly n_elements / blck_size blocks. The GIL is released around the C loop.
+from c_llmrt cimport *
+from libc.stdint cimport uint8_t, int64_t
+
+
+def dequantize_raw(const uint8_t[::1] raw,      # IN  blocks, nbytes = n / blck_size * type_size
+                   float[::1] out,              # OUT n floats
+                   int type_id):
+    """Dequantize raw blocks of `type_id` into `out` (len(out) elements) with the current kernel."""
+    cdef const llmrt_type_traits *tt = llmrt_type_traits_get(type_id)
+    if tt == NULL:
+        raise ValueError(f"[dequantize] unsupported type id {type_id}")
+    cdef const llmrt_kernel_table *kt = llmrt_kernels()
+    cdef llmrt_dequant_row_fn fn = kt.dequant_row[type_id]
+    if fn == NULL:
+        raise ValueError(f"[dequantize] no dequantize kernel for {tt.name.decode()}")
+    cdef int64_t n = out.shape[0]
+    if n % tt.blck_size != 0 or <size_t>raw.shape[0] != <size_t>(n // tt.blck_size) * tt.type_size:
+        raise ValueError(f"[dequantize] {raw.shape[0]} bytes do not hold {n} {tt.name.decode()} elements")
+    if n == 0:
+        return
+    with nogil:
+        fn(&raw[0], &out[0], n)
+
+
+def quantize_raw(const float[::1] x,            # IN  n floats
+                 uint8_t[::1] out,              # OUT blocks, nbytes = n / blck_size * type_size
+                 int type_id):
+    """Quantize `x` into raw blocks of `type_id` (reference rounding) with the current kernel."""
+    cdef const llmrt_type_traits *tt = llmrt_type_traits_get(type_id)
+    if tt == NULL:
+        raise ValueError(f"[quantize] unsupported type id {type_id}")
+    cdef const llmrt_kernel_table *kt = llmrt_kernels()
+    cdef llmrt_quant_row_fn fn = kt.quant_row[type_id]
+    if fn == NULL:
+        raise ValueError(f"[quantize] no quantize kernel for {tt.name.decode()}")
+    cdef int64_t n = x.shape[0]
+    if n % tt.blck_size != 0 or <size_t>out.shape[0] != <size_t>(n // tt.blck_size) * tt.type_size:
+        raise ValueError(f"[quantize] {out.shape[0]} bytes do not hold {n} {tt.name.decode()} elements")
+    if n == 0:
+        return
+    with nogil:
+        fn(&x[0], &out[0], n)
+
+
+def has_kernel(str table, int type_id):
+    """True if the current kernel table has a `table` ("dequant_row" / "quant_row") entry."""
+    cdef const llmrt_kernel_table *kt = llmrt_kernels()
+    if type_id < 0 or type_id >= LLMRT_TYPE_COUNT:
+        return False
+    if table == "dequant_row":
+        return kt.dequant_row[type_id] != NULL
+    if table == "quant_row":
+        return kt.quant_row[type_id] != NULL
+    raise ValueError(f"unknown kernel table {table!r}")

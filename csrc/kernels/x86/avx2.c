@@ -1,11 +1,409 @@
-/* avx2.c — kernels for the avx2 ISA level. Compiled for this target only (pragma below); the
- * register function is called only when the CPU supports the level. */
+/* avx2.c — kernels for the avx2 ISA level (AVX2 + FMA + F16C). Compiled for this target only
+ * (pragma below); the register function is called only when the CPU supports the level.
+ *
+ * Dequantize: F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, 8 floats per step. Each value is the same
+ * float expression as in generic.c, evaluated in the same order and unfused (fp-contract=off), so
+ * the output is bit-identical to the generic kernels.
+ * Quantize (activations): F16, BF16, Q8_0, Q8_1, Q8_K, bit-identical to generic.c: roundf ties
+ * away from zero for Q8_0/Q8_1 (done exactly: trunc, then +-1 when |frac| >= 0.5), nearest_int
+ * ties to even for Q8_K (the default MXCSR rounding of cvtps2dq).
+ *
+ * Blocks are read with unaligned loads / memcpy: a row may start at any address.
+ */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
+#pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 #endif
 #include "llmrt/llmrt.h"
 
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+
+static inline float rd_f16(const uint8_t *p) {
+    llmrt_fp16_t h;
+    memcpy(&h, p, sizeof(h));
+    return llmrt_fp16_to_fp32(h);
+}
+
+/* F16C rounds to nearest even like llmrt_fp32_to_fp16 (they differ only in NaN payloads). */
+static inline void wr_f16(uint8_t *p, float f) {
+    const llmrt_fp16_t h = (llmrt_fp16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+    memcpy(p, &h, sizeof(h));
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles in lanes 0..15, high nibbles in 16..31. */
+static inline __m256i unpack_nibbles_32(const uint8_t *qs) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(b, m);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* Converts 32 int8 (in a 256-bit register) to 4 x 8 floats. */
+static inline void i8x32_to_f32(__m256i q, __m256 out[4]) {
+    const __m128i q0 = _mm256_castsi256_si128(q);
+    const __m128i q1 = _mm256_extracti128_si256(q, 1);
+    out[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q0));
+    out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q0, 8)));
+    out[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1));
+    out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q1, 8)));
+}
+
+/* Byte j of the result = 0xFF if bit j of the 32-bit mask is set, else 0. */
+static inline __m256i bits_to_bytes(uint32_t bits) {
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                           0x0101010101010101LL, 0x0000000000000000LL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    v = _mm256_and_si256(v, bit);
+    return _mm256_cmpeq_epi8(v, bit);
+}
+
+/* ---- dequantize ------------------------------------------------------------------------------- */
+
+static void dequant_row_f16_avx2(const void *vx, float *y, int64_t k) {
+    const uint8_t *x = vx;
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(x + 2 * i));
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < k; i++) y[i] = rd_f16(x + 2 * i);
+}
+
+static void dequant_row_q4_0_avx2(const void *vx, float *y, int64_t k) {
+    const int64_t nb = k / QK4_0;
+    const __m256i off = _mm256_set1_epi8(8);
+    for (int64_t i = 0; i < nb; i++, y += QK4_0) {
+        const uint8_t *b = (const uint8_t *)vx + i * sizeof(block_q4_0);
+        const __m256 d = _mm256_set1_ps(rd_f16(b + offsetof(block_q4_0, d)));
+        const __m256i q = _mm256_sub_epi8(unpack_nibbles_32(b + offsetof(block_q4_0, qs)), off);
+        __m256 f[4];
+        i8x32_to_f32(q, f);
+        for (int j = 0; j < 4; j++) _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(f[j], d));
+    }
+}
+
+static void dequant_row_q4_1_avx2(const void *vx, float *y, int64_t k) {
+    const int64_t nb = k / QK4_1;
+    for (int64_t i = 0; i < nb; i++, y += QK4_1) {
+        const uint8_t *b = (const uint8_t *)vx + i * sizeof(block_q4_1);
+        const __m256 d = _mm256_set1_ps(rd_f16(b + offsetof(block_q4_1, d)));
+        const __m256 m = _mm256_set1_ps(rd_f16(b + offsetof(block_q4_1, m)));
+        const __m256i q = unpack_nibbles_32(b + offsetof(block_q4_1, qs));
+        __m256 f[4];
+        i8x32_to_f32(q, f);
+        for (int j = 0; j < 4; j++) {
+            _mm256_storeu_ps(y + 8 * j, _mm256_add_ps(_mm256_mul_ps(f[j], d), m));
+        }
+    }
+}
+
+static void dequant_row_q5_0_avx2(const void *vx, float *y, int64_t k) {
+    const int64_t nb = k / QK5_0;
+    const __m256i off = _mm256_set1_epi8(16);
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    for (int64_t i = 0; i < nb; i++, y += QK5_0) {
+        const uint8_t *b = (const uint8_t *)vx + i * sizeof(block_q5_0);
+        const __m256 d = _mm256_set1_ps(rd_f16(b + offsetof(block_q5_0, d)));
+        uint32_t qh;
+        memcpy(&qh, b + offsetof(block_q5_0, qh), sizeof(qh));
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(qh), bit4);
+        __m256i q = _mm256_or_si256(unpack_nibbles_32(b + offsetof(block_q5_0, qs)), hi);
+        q = _mm256_sub_epi8(q, off);
+        __m256 f[4];
+        i8x32_to_f32(q, f);
+        for (int j = 0; j < 4; j++) _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(f[j], d));
+    }
+}
+
+static void dequant_row_q8_0_avx2(const void *vx, float *y, int64_t k) {
+    const int64_t nb = k / QK8_0;
+    for (int64_t i = 0; i < nb; i++, y += QK8_0) {
+        const uint8_t *b = (const uint8_t *)vx + i * sizeof(block_q8_0);
+        const __m256 d = _mm256_set1_ps(rd_f16(b + offsetof(block_q8_0, d)));
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q8_0, qs)));
+        __m256 f[4];
+        i8x32_to_f32(q, f);
+        for (int j = 0; j < 4; j++) _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(f[j], d));
+    }
+}
+
+static inline void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+    }
+}
+
+/* Q4_K: per 64 elements, 32 bytes: low nibbles -> sub-block 2j, high nibbles -> 2j+1.
+ * x = (d * sc) * q - (dmin * m). */
+static void dequant_row_q4_K_avx2(const void *vx, float *y, int64_t k) {
+    const int64_t nb = k / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *b = (const uint8_t *)vx + i * sizeof(block_q4_K);
+        const float d = rd_f16(b + offsetof(block_q4_K, d));
+        const float dmin = rd_f16(b + offsetof(block_q4_K, dmin));
+        const uint8_t *scales = b + offsetof(block_q4_K, scales);
+        const uint8_t *q = b + offsetof(block_q4_K, qs);
+        for (int is = 0; is < QK_K / 32; is += 2, q += 32, y += 64) {
+            uint8_t sc, m;
+            get_scale_min_k4(is + 0, scales, &sc, &m);
+            const __m256 d1 = _mm256_set1_ps(d * sc), m1 = _mm256_set1_ps(dmin * m);
+            get_scale_min_k4(is + 1, scales, &sc, &m);
+            const __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(dmin * m);
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)q);
+            __m256 f[4];
+            i8x32_to_f32(_mm256_and_si256(raw, m4), f);
+            for (int j = 0; j < 4; j++) _mm256_storeu_ps(y + 8 * j, _mm256_sub_ps(_mm256_mul_ps(d1, f[j]), m1));
+            i8x32_to_f32(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), f);
+            for (int j = 0; j < 4; j++) _mm256_storeu_ps(y + 32 + 8 * j, _mm256_sub_ps(_mm256_mul_ps(d2, f[j]), m2));
+        }
+    }
+}
+
+/* Q6_K: per 128 elements, ql[64] and qh[32]; element l + 32*t (t = 0..3, l = 0..31) takes the
+ * nibble (t < 2 ? low : high) of ql[l + 32*(t & 1)] and 2 bits (2*t) of qh[l]; scale sc[l/16 + 2*t].
+ * x = (d * sc) * (q - 32). */
+static void dequant_row_q6_K_avx2(const void *vx, float *y, int64_t k) {
+    const int64_t nb = k / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m2 = _mm256_set1_epi8(0x03);
+    const __m256i off = _mm256_set1_epi8(32);
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *b = (const uint8_t *)vx + i * sizeof(block_q6_K);
+        const float d = rd_f16(b + offsetof(block_q6_K, d));
+        const uint8_t *ql = b + offsetof(block_q6_K, ql);
+        const uint8_t *qh = b + offsetof(block_q6_K, qh);
+        const int8_t *sc = (const int8_t *)(b + offsetof(block_q6_K, scales));
+        for (int n = 0; n < QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+            for (int t = 0; t < 4; t++) {
+                __m256 f[4];
+                i8x32_to_f32(_mm256_sub_epi8(q[t], off), f);
+                const __m256 s0 = _mm256_set1_ps(d * sc[2 * t + 0]); /* elements 0..15 */
+                const __m256 s1 = _mm256_set1_ps(d * sc[2 * t + 1]); /* elements 16..31 */
+                _mm256_storeu_ps(y + 32 * t + 0, _mm256_mul_ps(s0, f[0]));
+                _mm256_storeu_ps(y + 32 * t + 8, _mm256_mul_ps(s0, f[1]));
+                _mm256_storeu_ps(y + 32 * t + 16, _mm256_mul_ps(s1, f[2]));
+                _mm256_storeu_ps(y + 32 * t + 24, _mm256_mul_ps(s1, f[3]));
+            }
+        }
+    }
+}
+
+/* ---- quantize --------------------------------------------------------------------------------- */
+
+static void quant_row_f16_avx2(const float *x, void *vy, int64_t k) {
+    uint8_t *y = vy;
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(y + 2 * i), h);
+    }
+    for (; i < k; i++) wr_f16(y + 2 * i, x[i]);
+}
+
+/* bf16 = round-to-nearest-even of the top 16 bits; NaN -> quiet NaN (same as llmrt_fp32_to_bf16). */
+static void quant_row_bf16_avx2(const float *x, void *vy, int64_t k) {
+    uint8_t *y = vy;
+    int64_t i = 0;
+    const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i bias = _mm256_set1_epi32(0x7fff);
+    const __m256i quiet = _mm256_set1_epi32(64);
+    for (; i + 16 <= k; i += 16) {
+        __m256i r[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256i u = _mm256_loadu_si256((const __m256i *)(x + i + 8 * h));
+            const __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absmask), inf);
+            const __m256i rounded = _mm256_srli_epi32(
+                _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one))), 16);
+            const __m256i nanv = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
+            r[h] = _mm256_blendv_epi8(rounded, nanv, isnan);
+        }
+        /* pack 2 x 8 uint32 (each < 65536) into 16 uint16, fixing packus' lane interleave */
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xD8);
+        _mm256_storeu_si256((__m256i *)(y + 2 * i), p);
+    }
+    for (; i < k; i++) {
+        const llmrt_bf16_t h = llmrt_fp32_to_bf16(x[i]);
+        memcpy(y + 2 * i, &h, sizeof(h));
+    }
+}
+
+static inline float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* roundf(v) (ties away from zero) for |v| < 2^23, exactly: t = trunc(v); v - t is exact. */
+static inline __m256i roundf_epi32(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 ge = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f)); /* +-1 */
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_and_ps(ge, step)));
+}
+
+/* 4 x 8 int32 (each in [-128, 127]) -> 32 int8 in order. */
+static inline __m256i pack_i32x32_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b); /* a0-3 b0-3 | a4-7 b4-7 */
+    const __m256i cd = _mm256_packs_epi32(c, d);
+    const __m256i abcd = _mm256_packs_epi16(ab, cd); /* a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7 */
+    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One 32-element block with the reference Q8_0 rule; returns sum(q) (for Q8_1). */
+static inline int quant_block_q8_avx2(const float *x, float *d_out, int8_t *qs) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(x + 8 * j);
+        amax = _mm256_max_ps(amax, _mm256_and_ps(v[j], absmask));
+    }
+    const float d = hmax_ps(amax) / ((1 << 7) - 1);
+    const float id = d ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int j = 0; j < 4; j++) q[j] = roundf_epi32(_mm256_mul_ps(v[j], vid));
+    if (!isfinite(id)) { /* d subnormal: the reference stores 0 (see round_i8 in generic.c) */
+        for (int j = 0; j < 4; j++) q[j] = _mm256_setzero_si256();
+    }
+    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+    *d_out = d;
+    return hsum_i32(sum);
+}
+
+static void quant_row_q8_0_avx2(const float *x, void *vy, int64_t k) {
+    const int64_t nb = k / QK8_0;
+    for (int64_t i = 0; i < nb; i++, x += QK8_0) {
+        uint8_t *b = (uint8_t *)vy + i * sizeof(block_q8_0);
+        float d;
+        quant_block_q8_avx2(x, &d, (int8_t *)(b + offsetof(block_q8_0, qs)));
+        wr_f16(b + offsetof(block_q8_0, d), d);
+    }
+}
+
+static void quant_row_q8_1_avx2(const float *x, void *vy, int64_t k) {
+    const int64_t nb = k / QK8_1;
+    for (int64_t i = 0; i < nb; i++, x += QK8_1) {
+        uint8_t *b = (uint8_t *)vy + i * sizeof(block_q8_1);
+        float d;
+        const int sum = quant_block_q8_avx2(x, &d, (int8_t *)(b + offsetof(block_q8_1, qs)));
+        wr_f16(b + offsetof(block_q8_1, d), d);
+        wr_f16(b + offsetof(block_q8_1, s), (float)sum * d);
+    }
+}
+
+/* Q8_K: see quant_row_q8_K_generic. The signed max is the first element whose |x| equals the
+ * block's max |x| (first on ties, as the reference's strict '>' scan). */
+static void quant_row_q8_K_avx2(const float *x, void *vy, int64_t k) {
+    const int64_t nb = k / QK_K;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        uint8_t *b = (uint8_t *)vy + i * sizeof(block_q8_K);
+        int8_t *qs = (int8_t *)(b + offsetof(block_q8_K, qs));
+        __m256 vmax = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + j), absmask));
+        const float amax = hmax_ps(vmax);
+        if (!amax) {
+            memset(b, 0, sizeof(block_q8_K)); /* d = 0.0f, q = 0, bsums = 0 */
+            continue;
+        }
+        float max = 0.0f;
+        const __m256 vam = _mm256_set1_ps(amax);
+        for (int j = 0; j < QK_K; j += 8) {
+            const int mask = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), absmask), vam, _CMP_EQ_OQ));
+            if (mask) {
+                max = x[j + __builtin_ctz((unsigned)mask)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        if (!isfinite(iscale)) { /* max subnormal: the reference stores 0 quants */
+            memset(b, 0, sizeof(block_q8_K));
+            const float d = 1 / iscale;
+            memcpy(b + offsetof(block_q8_K, d), &d, sizeof(d));
+            continue;
+        }
+        const __m256 vis = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        int16_t bsums[QK_K / 16];
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4];
+            for (int t = 0; t < 4; t++) {
+                const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * t), vis);
+                q[t] = _mm256_min_epi32(_mm256_cvtps_epi32(v), lim); /* MXCSR default: ties to even */
+            }
+            bsums[j / 16 + 0] = (int16_t)hsum_i32(_mm256_add_epi32(q[0], q[1]));
+            bsums[j / 16 + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(qs + j), pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+        }
+        memcpy(b + offsetof(block_q8_K, bsums), bsums, sizeof(bsums));
+        const float d = 1 / iscale;
+        memcpy(b + offsetof(block_q8_K, d), &d, sizeof(d));
+    }
+}
+
+#define SET_DEQ(T, fn) do { kt->dequant_row[T] = fn; kt->dequant_row_name[T] = #fn; } while (0)
+#define SET_Q(T, fn) do { kt->quant_row[T] = fn; kt->quant_row_name[T] = #fn; } while (0)
+
+void llmrt_register_kernels_avx2(llmrt_kernel_table *kt) {
+    SET_DEQ(LLMRT_TYPE_F16, dequant_row_f16_avx2);
+    SET_DEQ(LLMRT_TYPE_Q4_0, dequant_row_q4_0_avx2);
+    SET_DEQ(LLMRT_TYPE_Q4_1, dequant_row_q4_1_avx2);
+    SET_DEQ(LLMRT_TYPE_Q5_0, dequant_row_q5_0_avx2);
+    SET_DEQ(LLMRT_TYPE_Q8_0, dequant_row_q8_0_avx2);
+    SET_DEQ(LLMRT_TYPE_Q4_K, dequant_row_q4_K_avx2);
+    SET_DEQ(LLMRT_TYPE_Q6_K, dequant_row_q6_K_avx2);
+
+    SET_Q(LLMRT_TYPE_F16, quant_row_f16_avx2);
+    SET_Q(LLMRT_TYPE_BF16, quant_row_bf16_avx2);
+    SET_Q(LLMRT_TYPE_Q8_0, quant_row_q8_0_avx2);
+    SET_Q(LLMRT_TYPE_Q8_1, quant_row_q8_1_avx2);
+    SET_Q(LLMRT_TYPE_Q8_K, quant_row_q8_K_avx2);
+}
+
+#else /* not x86-64: the level is never selected */
+
 void llmrt_register_kernels_avx2(llmrt_kernel_table *kt) {
     (void)kt;
 }
+
+#endif

@@ -1,11 +1,471 @@
-/* dot_avx2.c — dot-product kernels for the avx2 ISA level. Compiled for this target only (pragma
- * below); the register function is called only when the CPU supports the level. */
+/*
+ * dot_avx2.c — dot-product kernels (weight type x activation type) for the AVX2 level
+ * (AVX2 + FMA + F16C). Compiled for this target only (pragma below); the register function is
+ * called only when the CPU supports the level.
+ *
+ * Same results as dot_generic.c up to f32 rounding: the integer sums inside a block are exact, only
+ * the order of the f32 accumulation differs. The integer work uses the usual AVX2 idiom:
+ *   maddubs(u8 x, s8 y) -> i16 pair sums, madd(i16, i16 scale or 1) -> i32.
+ * maddubs saturates at ±32767, so operands are kept where a pair cannot reach that:
+ *   - unsigned weights (Q4_1, Q5_1, K-quants) are at most 63: 2·63·128 < 32767;
+ *   - offset weights (Q4_0 q - 8, Q5_0 q - 16, Q3_K q - 4, Q6_K q - 32) are computed as
+ *     maddubs(q, y) - maddubs(offset, y), exact for every y;
+ *   - signed weights (Q8_0, IQ4_NL, IQ4_XS) go through the sign trick
+ *     maddubs(|x|, sign(y, x)), exact while y != -128. ggml's activation quantizers (Q8_0, Q8_1,
+ *     Q8_K) only produce [-127, 127], so that holds for every activation row they make;
+ * F32/F16/BF16 accumulate in f32 lanes (4 x 8), then a scalar tail that reads only the row.
+ */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 #endif
 #include "llmrt/llmrt.h"
 
+#include <string.h>
+
+#if defined(__x86_64__)
+
+static const int8_t kvalues_iq4nl[16] = {
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+};
+
+/* ---- helpers ----------------------------------------------------------------------------------- */
+
+static inline float f16(llmrt_fp16_t h) { return _cvtsh_ss(h); }
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+
+/* 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31). */
+static inline __m256i unpack_nibbles_32(const uint8_t *p) {
+    const __m128i b = loadu128(p);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
+}
+
+/* 32 bits -> 32 bytes, byte i = 0xff if bit i is set, else 0. */
+static inline __m256i expand_bits_32(uint32_t bits) {
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                           0x0101010101010101LL, 0x0000000000000000LL);
+    const __m256i bitm = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf); /* byte i = byte i/8 */
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bitm), bitm);
+}
+
+/* Σ x·y over each group of 4 bytes -> 8 i32; x unsigned (<= 63), y signed. */
+static inline __m256i dot_u8_i8(__m256i x, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+}
+
+/* Same with x signed: sign trick (exact while y != -128). */
+static inline __m256i dot_i8_i8(__m256i x, __m256i y) {
+    return dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* Σ (x - off)·y over groups of 4 bytes, x unsigned (<= 63), off > 0: maddubs(x, y) - maddubs(off, y)
+ * is exact for every y, -128 included. */
+static inline __m256i dot_offset_u8_i8(__m256i x, __m256i off, __m256i y) {
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(x, y), _mm256_maddubs_epi16(off, y));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* i16 pair sums of x·y with x signed (sign trick), for a later madd with scales. */
+static inline __m256i maddubs_i8_i8(__m256i x, __m256i y) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* bytes of v shifted right by `count` bits inside each byte, masked to `mask`. */
+static inline __m256i shr_bytes(__m256i v, int count, int mask) {
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(count)), _mm256_set1_epi8((char)mask));
+}
+
+/* 16 i16 lanes: lanes 0..7 = a (first 16 elements of a 32-byte group), lanes 8..15 = b. */
+static inline __m256i scales_2x8(int a, int b) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
+}
+
+/* ---- float types ------------------------------------------------------------------------------- */
+
+/* F32 / F16 / BF16 share one loop; `kind` is a constant at each call, so each kernel gets its own
+ * specialized copy. */
+enum { KIND_F32, KIND_F16, KIND_BF16 };
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE __m256 load8_ps(const void *p, int i, int kind) {
+    switch (kind) {
+    case KIND_F16: return _mm256_cvtph_ps(loadu128((const llmrt_fp16_t *)p + i));
+    case KIND_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128((const llmrt_bf16_t *)p + i)), 16));
+    default: return _mm256_loadu_ps((const float *)p + i);
+    }
+}
+
+static ALWAYS_INLINE float load1_ps(const void *p, int i, int kind) {
+    switch (kind) {
+    case KIND_F16: return f16(((const llmrt_fp16_t *)p)[i]);
+    case KIND_BF16: return llmrt_bf16_to_fp32(((const llmrt_bf16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+static ALWAYS_INLINE void vec_dot_float(int n, float *s, const void *x, const void *y, int kind) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(load8_ps(x, i, kind), load8_ps(y, i, kind), acc0);
+        acc1 = _mm256_fmadd_ps(load8_ps(x, i + 8, kind), load8_ps(y, i + 8, kind), acc1);
+        acc2 = _mm256_fmadd_ps(load8_ps(x, i + 16, kind), load8_ps(y, i + 16, kind), acc2);
+        acc3 = _mm256_fmadd_ps(load8_ps(x, i + 24, kind), load8_ps(y, i + 24, kind), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load8_ps(x, i, kind), load8_ps(y, i, kind), acc0);
+    double sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) sum += (double)(load1_ps(x, i, kind) * load1_ps(y, i, kind)); /* tail: never past the row */
+    *s = (float)sum;
+}
+
+static void vec_dot_f32_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_F32); }
+static void vec_dot_f16_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_F16); }
+static void vec_dot_bf16_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_BF16); }
+
+/* ---- 32-element blocks ------------------------------------------------------------------------- */
+
+static void vec_dot_q4_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_0 *x = vx; /* (nb) */
+    const block_q8_0 *y = vy; /* (nb) */
+    const int nb = n / QK4_0;
+    __m256 acc = _mm256_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
+        const __m256i qx = unpack_nibbles_32(x[ib].qs); /* q in 0..15, value q - 8 */
+        const __m256i qy = loadu256(y[ib].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_offset_u8_i8(qx, _mm256_set1_epi8(8), qy)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void vec_dot_q4_1_q8_1_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_1 *x = vx; /* (nb) */
+    const block_q8_1 *y = vy; /* (nb) */
+    const int nb = n / QK4_1;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f; /* Σ m · s */
+    for (int ib = 0; ib < nb; ib++) {
+        summs += f16(x[ib].m) * f16(y[ib].s);
+        const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
+        const __m256i qx = unpack_nibbles_32(x[ib].qs);
+        const __m256i qy = loadu256(y[ib].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8_i8(qx, qy)), acc);
+    }
+    *s = hsum_ps(acc) + summs;
+}
+
+static void vec_dot_q5_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q5_0 *x = vx; /* (nb) */
+    const block_q8_0 *y = vy; /* (nb) */
+    const int nb = n / QK5_0;
+    __m256 acc = _mm256_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        uint32_t qh;
+        memcpy(&qh, x[ib].qh, sizeof(qh));
+        const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
+        const __m256i hi = _mm256_and_si256(expand_bits_32(qh), _mm256_set1_epi8(0x10));
+        const __m256i qx = _mm256_or_si256(unpack_nibbles_32(x[ib].qs), hi); /* 0..31, value q - 16 */
+        const __m256i qy = loadu256(y[ib].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_offset_u8_i8(qx, _mm256_set1_epi8(16), qy)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void vec_dot_q5_1_q8_1_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q5_1 *x = vx; /* (nb) */
+    const block_q8_1 *y = vy; /* (nb) */
+    const int nb = n / QK5_1;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int ib = 0; ib < nb; ib++) {
+        uint32_t qh;
+        memcpy(&qh, x[ib].qh, sizeof(qh));
+        summs += f16(x[ib].m) * f16(y[ib].s);
+        const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
+        const __m256i hi = _mm256_and_si256(expand_bits_32(qh), _mm256_set1_epi8(0x10));
+        const __m256i qx = _mm256_or_si256(unpack_nibbles_32(x[ib].qs), hi);
+        const __m256i qy = loadu256(y[ib].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8_i8(qx, qy)), acc);
+    }
+    *s = hsum_ps(acc) + summs;
+}
+
+static void vec_dot_q8_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q8_0 *x = vx; /* (nb) */
+    const block_q8_0 *y = vy; /* (nb) */
+    const int nb = n / QK8_0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int ib = 0;
+    for (; ib + 2 <= nb; ib += 2) { /* two independent chains */
+        const __m256 d0 = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
+        const __m256 d1 = _mm256_set1_ps(f16(x[ib + 1].d) * f16(y[ib + 1].d));
+        const __m256i p0 = dot_i8_i8(loadu256(x[ib].qs), loadu256(y[ib].qs));
+        const __m256i p1 = dot_i8_i8(loadu256(x[ib + 1].qs), loadu256(y[ib + 1].qs));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; ib < nb; ib++) {
+        const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
+        acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(loadu256(x[ib].qs), loadu256(y[ib].qs))), acc0);
+    }
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static inline __m256i iq4nl_table(void) {
+    return _mm256_broadcastsi128_si256(loadu128(kvalues_iq4nl));
+}
+
+static void vec_dot_iq4_nl_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_iq4_nl *x = vx; /* (nb) */
+    const block_q8_0 *y = vy;   /* (nb) */
+    const int nb = n / QK4_NL;
+    const __m256i table = iq4nl_table();
+    __m256 acc = _mm256_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        const __m256 d = _mm256_set1_ps(f16(y[ib].d) * f16(x[ib].d));
+        const __m256i qx = _mm256_shuffle_epi8(table, unpack_nibbles_32(x[ib].qs));
+        const __m256i qy = loadu256(y[ib].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(qx, qy)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* ---- 256-element super-blocks (activations Q8_K) ------------------------------------------------ */
+
+/* Q4_K / Q5_K: 8 6-bit scales and mins from 12 packed bytes (as dot_generic.c). */
+static inline void unpack_scales_mins_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+        m[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static inline void unpack_scales_q3_k(const uint8_t *q, int8_t *sc) {
+    for (int j = 0; j < 16; j++) {
+        const int lo = j < 8 ? (q[j] & 0x0f) : (q[j - 8] >> 4);
+        const int hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
+        sc[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+/* Σ_j bsums[j] · m[j/2] for the 16 bsums of a Q8_K block and 8 mins. */
+static inline int bsums_dot_mins8(const int16_t *bsums, const uint8_t *m) {
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m)); /* m0..m7 */
+    const __m256i mm = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+    return hsum_i32(_mm256_madd_epi16(loadu256(bsums), mm));
+}
+
+static void vec_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q2_K *x = vx; /* (nb) */
+    const block_q8_K *y = vy; /* (nb) */
+    const int nb = n / QK_K;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *sc = x[i].scales; /* (16) low nibble scale, high nibble min */
+        const __m128i scb = loadu128(sc);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), _mm_set1_epi8(0x0f)));
+        const int summs = hsum_i32(_mm256_madd_epi16(loadu256(y[i].bsums), mins));
+        __m256i isum = _mm256_setzero_si256();
+        for (int k = 0; k < 2; k++) {
+            const __m256i q2 = loadu256(x[i].qs + 32 * k);
+            for (int j = 0; j < 4; j++) {
+                const int g = 4 * k + j; /* group of 32 elements */
+                const __m256i q = shr_bytes(q2, 2 * j, 0x03);
+                const __m256i p = _mm256_maddubs_epi16(q, loadu256(y[i].qs + 32 * g));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scales_2x8(sc[2 * g] & 0x0f, sc[2 * g + 1] & 0x0f)));
+            }
+        }
+        const float dall = y[i].d * f16(x[i].d);
+        const float dmin = y[i].d * f16(x[i].dmin);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(isum), acc);
+        summ += dmin * (float)summs;
+    }
+    *s = hsum_ps(acc) - summ;
+}
+
+static void vec_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q3_K *x = vx; /* (nb) */
+    const block_q8_K *y = vy; /* (nb) */
+    const int nb = n / QK_K;
+    const __m256i four = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        int8_t sc[16];
+        unpack_scales_q3_k(x[i].scales, sc);
+        const __m256i hm = loadu256(x[i].hmask);
+        __m256i isum = _mm256_setzero_si256();
+        for (int k = 0; k < 2; k++) {
+            const __m256i q3 = loadu256(x[i].qs + 32 * k);
+            for (int j = 0; j < 4; j++) {
+                const int g = 4 * k + j;
+                /* q = low 2 bits | high bit << 2, in 0..7; value = q - 4 */
+                const __m256i q = _mm256_or_si256(shr_bytes(q3, 2 * j, 0x03),
+                                                  _mm256_slli_epi16(shr_bytes(hm, g, 0x01), 2));
+                const __m256i qy = loadu256(y[i].qs + 32 * g);
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, qy), _mm256_maddubs_epi16(four, qy));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scales_2x8(sc[2 * g], sc[2 * g + 1])));
+            }
+        }
+        const float d = f16(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* 8 i32 lanes summing to Σ_sub-blocks sc · Σ q·y over one Q4_K / Q5_K super-block; qh NULL for Q4_K
+ * (layout in dot_generic.c). */
+static ALWAYS_INLINE __m256i isum_k4(const uint8_t *qs, const uint8_t *qh, const uint8_t *sc, const int8_t *q8) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i h = qh ? loadu256(qh) : _mm256_setzero_si256();
+    __m256i isum = _mm256_setzero_si256();
+    for (int j = 0; j < QK_K / 64; j++) {
+        const __m256i q4 = loadu256(qs + 32 * j);
+        __m256i lo = _mm256_and_si256(q4, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        if (qh) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(shr_bytes(h, 2 * j, 0x01), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(shr_bytes(h, 2 * j + 1, 0x01), 4));
+        }
+        const __m256i p0 = _mm256_maddubs_epi16(lo, loadu256(q8 + 64 * j));
+        const __m256i p1 = _mm256_maddubs_epi16(hi, loadu256(q8 + 64 * j + 32));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+    }
+    return isum;
+}
+
+static void vec_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_K *x = vx; /* (nb) */
+    const block_q8_K *y = vy; /* (nb) */
+    const int nb = n / QK_K;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (int i = 0; i < nb; i++) {
+        uint8_t sc[8], m[8];
+        unpack_scales_mins_k4(x[i].scales, sc, m);
+        const __m256i isum = isum_k4(x[i].qs, NULL, sc, y[i].qs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(isum), acc);
+        summ += f16(x[i].dmin) * y[i].d * (float)bsums_dot_mins8(y[i].bsums, m);
+    }
+    *s = hsum_ps(acc) - summ;
+}
+
+static void vec_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q5_K *x = vx; /* (nb) */
+    const block_q8_K *y = vy; /* (nb) */
+    const int nb = n / QK_K;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (int i = 0; i < nb; i++) {
+        uint8_t sc[8], m[8];
+        unpack_scales_mins_k4(x[i].scales, sc, m);
+        const __m256i isum = isum_k4(x[i].qs, x[i].qh, sc, y[i].qs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(isum), acc);
+        summ += f16(x[i].dmin) * y[i].d * (float)bsums_dot_mins8(y[i].bsums, m);
+    }
+    *s = hsum_ps(acc) - summ;
+}
+
+static void vec_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q6_K *x = vx; /* (nb) */
+    const block_q8_K *y = vy; /* (nb) */
+    const int nb = n / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i k32 = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const int8_t *sc = x[i].scales; /* (16) */
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = loadu256(x[i].ql + 64 * h);      /* groups 0 (low), 2 (high) */
+            const __m256i ql1 = loadu256(x[i].ql + 64 * h + 32); /* groups 1 (low), 3 (high) */
+            const __m256i qh = loadu256(x[i].qh + 32 * h);
+            for (int g = 0; g < 4; g++) {
+                const __m256i ql = (g % 2) ? ql1 : ql0;
+                const __m256i nib = (g < 2) ? _mm256_and_si256(ql, m4)
+                                            : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+                const __m256i q = _mm256_or_si256(nib, _mm256_slli_epi16(shr_bytes(qh, 2 * g, 0x03), 4));
+                const __m256i qy = loadu256(y[i].qs + 128 * h + 32 * g);
+                /* (q - 32)·y pair sums: both maddubs stay below 2·63·128, their difference below 2·32·128 */
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, qy), _mm256_maddubs_epi16(k32, qy));
+                const int is = 8 * h + 2 * g;
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scales_2x8(sc[is], sc[is + 1])));
+            }
+        }
+        const float d = f16(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void vec_dot_iq4_xs_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_iq4_xs *x = vx; /* (nb) */
+    const block_q8_K *y = vy;   /* (nb) */
+    const int nb = n / QK_K;
+    const __m256i table = iq4nl_table();
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i isum = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const int ls = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) |
+                           (((x[i].scales_h >> (2 * ib)) & 3) << 4);
+            const __m256i qx = _mm256_shuffle_epi8(table, unpack_nibbles_32(x[i].qs + 16 * ib));
+            const __m256i p = maddubs_i8_i8(qx, loadu256(y[i].qs + 32 * ib)); /* |pair| <= 2·127·127 */
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(ls - 32))));
+        }
+        const float d4d8 = f16(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d4d8), _mm256_cvtepi32_ps(isum), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+#endif /* __x86_64__ */
+
 void llmrt_register_dot_kernels_avx2(llmrt_kernel_table *kt) {
+#if defined(__x86_64__)
+#define REG(T, fn) do { kt->vec_dot[LLMRT_TYPE_##T] = fn; kt->vec_dot_name[LLMRT_TYPE_##T] = #fn; } while (0)
+    REG(F32, vec_dot_f32_avx2);
+    REG(F16, vec_dot_f16_avx2);
+    REG(BF16, vec_dot_bf16_avx2);
+    REG(Q4_0, vec_dot_q4_0_q8_0_avx2);
+    REG(Q4_1, vec_dot_q4_1_q8_1_avx2);
+    REG(Q5_0, vec_dot_q5_0_q8_0_avx2);
+    REG(Q5_1, vec_dot_q5_1_q8_1_avx2);
+    REG(Q8_0, vec_dot_q8_0_q8_0_avx2);
+    REG(Q2_K, vec_dot_q2_K_q8_K_avx2);
+    REG(Q3_K, vec_dot_q3_K_q8_K_avx2);
+    REG(Q4_K, vec_dot_q4_K_q8_K_avx2);
+    REG(Q5_K, vec_dot_q5_K_q8_K_avx2);
+    REG(Q6_K, vec_dot_q6_K_q8_K_avx2);
+    REG(IQ4_NL, vec_dot_iq4_nl_q8_0_avx2);
+    REG(IQ4_XS, vec_dot_iq4_xs_q8_K_avx2);
+#undef REG
+#else
     (void)kt;
+#endif
 }

@@ -1,0 +1,768 @@
+/*
+ * graph.c — building, planning and running a compute graph (see llmrt/graph.h).
+ *
+ *   build time:  tensors are created by the op constructors below, each compute node appended
+ *                to `nodes` in order; llmrt_graph_build() computes every tensor's lifetime,
+ *                places intermediates in one arena with a best-fit allocator, and sizes the
+ *                per-thread scratch.
+ *   run time:    llmrt_graph_run() sets the token dims to this run's n / n_out, points the
+ *                inputs at the caller's arrays, writes the new cells' positions into the cache,
+ *                then every pool thread walks the node list: compute_forward() (the one switch
+ *                over ops), then a barrier.
+ */
+#include "llmrt/graph.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+#define ARENA_ALIGN 64
+
+typedef struct {
+    size_t offs, size;
+} free_block;
+
+struct llmrt_graph {
+    int max_tokens;
+    int max_out;                 /* capacity of LLMRT_TOK_OUT dims (0 without OUT_ROWS input) */
+    llmrt_threadpool *pool;
+
+    llmrt_tensor **tensors;      /* [n_tensors], each malloc'd (pointers stay valid) */
+    int n_tensors, cap_tensors;
+    llmrt_tensor **nodes;        /* compute nodes in execution order */
+    int n_nodes, cap_nodes;
+    int inputs[LLMRT_INPUT_COUNT];
+    int output;
+    int has_attention;
+    int built;
+
+    void *arena;
+    size_t arena_size;
+    size_t tensor_bytes;         /* sum of arena tensor sizes, for comparison */
+    void *wdata;                 /* per-thread scratch: n_threads * wstride bytes */
+    size_t wstride;
+    atomic_int *counters;        /* [n_nodes] chunk counters */
+
+    pthread_mutex_t run_lock;    /* one run at a time per graph */
+    llmrt_run_ctx ctx;           /* the current run */
+};
+
+static const char *op_names[LLMRT_OP_COUNT] = {
+    [LLMRT_OP_NONE] = "weight",
+    [LLMRT_OP_INPUT] = "input",
+    [LLMRT_OP_GET_ROWS] = "get_rows",
+    [LLMRT_OP_RMS_NORM] = "rms_norm",
+    [LLMRT_OP_MUL] = "mul",
+    [LLMRT_OP_ADD] = "add",
+    [LLMRT_OP_SCALE] = "scale",
+    [LLMRT_OP_QUANTIZE] = "quantize",
+    [LLMRT_OP_MUL_MAT] = "mul_mat",
+    [LLMRT_OP_RESHAPE] = "reshape",
+    [LLMRT_OP_ROPE] = "rope",
+    [LLMRT_OP_KV_STORE] = "kv_store",
+    [LLMRT_OP_ATTENTION] = "attention",
+    [LLMRT_OP_SILU] = "silu",
+    [LLMRT_OP_GELU] = "gelu",
+    [LLMRT_OP_GLU] = "glu",
+    [LLMRT_OP_SOFTCAP] = "softcap",
+    [LLMRT_OP_GET_ROWS_F32] = "get_rows_f32",
+};
+
+const char *llmrt_op_name(int op) {
+    if (op < 0 || op >= LLMRT_OP_COUNT || op_names[op] == NULL) return "unknown";
+    return op_names[op];
+}
+
+/* ---- lifetime ---------------------------------------------------------------------------- */
+
+llmrt_graph *llmrt_graph_new(int max_tokens, llmrt_threadpool *pool) {
+    if (max_tokens < 1 || pool == NULL) return NULL;
+    llmrt_ops_init();
+    llmrt_graph *g = (llmrt_graph *)calloc(1, sizeof(*g));
+    if (g == NULL) return NULL;
+    g->max_tokens = max_tokens;
+    g->pool = pool;
+    g->output = -1;
+    for (int i = 0; i < LLMRT_INPUT_COUNT; i++) g->inputs[i] = -1;
+    pthread_mutex_init(&g->run_lock, NULL);
+    return g;
+}
+
+void llmrt_graph_free(llmrt_graph *g) {
+    if (g == NULL) return;
+    for (int i = 0; i < g->n_tensors; i++) free(g->tensors[i]);
+    free(g->tensors);
+    free(g->nodes);
+    free(g->arena);
+    free(g->wdata);
+    free(g->counters);
+    pthread_mutex_destroy(&g->run_lock);
+    free(g);
+}
+
+/* ---- tensors ----------------------------------------------------------------------------- */
+
+static llmrt_tensor *get(const llmrt_graph *g, int id) {
+    if (id < 0 || id >= g->n_tensors) return NULL;
+    return g->tensors[id];
+}
+
+static int is_act(const llmrt_tensor *t) {
+    return t->tok_kind != LLMRT_TOK_NONE;
+}
+
+static int is_f32_act(const llmrt_tensor *t) {
+    return t != NULL && is_act(t) && t->type == LLMRT_TYPE_F32;
+}
+
+static void set_strides(llmrt_tensor *t) {
+    const llmrt_type_traits *tt = llmrt_type_traits_get(t->type);
+    t->nb[0] = tt->type_size;
+    t->nb[1] = llmrt_row_size(t->type, t->ne[0]);
+    for (int d = 2; d < LLMRT_MAX_DIMS; d++) t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
+}
+
+/* A new tensor of `type` with ne[0..n_dims) (token dim included, at its capacity). */
+static llmrt_tensor *new_tensor(llmrt_graph *g, int type, int op, int n_dims, const int64_t *ne,
+                                int tok_kind) {
+    if (g->n_tensors == g->cap_tensors) {
+        const int cap = g->cap_tensors ? 2 * g->cap_tensors : 256;
+        llmrt_tensor **nt = (llmrt_tensor **)realloc(g->tensors, (size_t)cap * sizeof(*nt));
+        if (nt == NULL) return NULL;
+        g->tensors = nt;
+        g->cap_tensors = cap;
+    }
+    llmrt_tensor *t = (llmrt_tensor *)calloc(1, sizeof(*t));
+    if (t == NULL) return NULL;
+    t->id = g->n_tensors;
+    t->type = type;
+    t->op = op;
+    t->n_dims = n_dims;
+    for (int d = 0; d < LLMRT_MAX_DIMS; d++) t->ne[d] = d < n_dims ? ne[d] : 1;
+    t->tok_kind = tok_kind;
+    t->tok_dim = tok_kind == LLMRT_TOK_NONE ? -1 : n_dims - 1;
+    t->tok_cap = tok_kind == LLMRT_TOK_NONE ? 0 : ne[n_dims - 1];
+    t->node = -1;
+    t->last_use = -1;
+    set_strides(t);
+    g->tensors[g->n_tensors++] = t;
+    return t;
+}
+
+static int push_node(llmrt_graph *g, llmrt_tensor *t) {
+    if (g->n_nodes == g->cap_nodes) {
+        const int cap = g->cap_nodes ? 2 * g->cap_nodes : 256;
+        llmrt_tensor **nn = (llmrt_tensor **)realloc(g->nodes, (size_t)cap * sizeof(*nn));
+        if (nn == NULL) return LLMRT_ENOMEM;
+        g->nodes = nn;
+        g->cap_nodes = cap;
+    }
+    t->node = g->n_nodes;
+    g->nodes[g->n_nodes++] = t;
+    return LLMRT_OK;
+}
+
+/* An f32 activation node shaped like `like` but with ne0 replaced (0 keeps it). */
+static llmrt_tensor *new_act_like(llmrt_graph *g, int op, const llmrt_tensor *like, int64_t ne0,
+                                  int type) {
+    int64_t ne[LLMRT_MAX_DIMS];
+    for (int d = 0; d < LLMRT_MAX_DIMS; d++) ne[d] = like->ne[d];
+    ne[like->tok_dim] = like->tok_cap;
+    if (ne0 > 0) ne[0] = ne0;
+    llmrt_tensor *t = new_tensor(g, type, op, like->n_dims, ne, like->tok_kind);
+    if (t == NULL) return NULL;
+    if (push_node(g, t) != LLMRT_OK) return NULL; /* left unreachable; freed with the graph */
+    return t;
+}
+
+static int same_shape(const llmrt_tensor *a, const llmrt_tensor *b) {
+    if (a->tok_kind != b->tok_kind || a->n_dims != b->n_dims) return 0;
+    for (int d = 0; d < a->n_dims; d++) {
+        if (d == a->tok_dim) continue;
+        if (a->ne[d] != b->ne[d]) return 0;
+    }
+    return 1;
+}
+
+#define CHECK_BUILDING(g) do { if ((g)->built) return LLMRT_EINVAL; } while (0)
+#define RETURN_ID(t) do { if ((t) == NULL) return LLMRT_ENOMEM; return (t)->id; } while (0)
+
+int llmrt_graph_weight(llmrt_graph *g, int type, const int64_t *ne, int n_dims, const void *data) {
+    CHECK_BUILDING(g);
+    const llmrt_type_traits *tt = llmrt_type_traits_get(type);
+    if (tt == NULL) return LLMRT_EUNSUPPORTED;
+    if (n_dims < 1 || n_dims > LLMRT_MAX_DIMS || data == NULL) return LLMRT_EINVAL;
+    for (int d = 0; d < n_dims; d++) {
+        if (ne[d] < 1) return LLMRT_EINVAL;
+    }
+    if (ne[0] % tt->blck_size != 0) return LLMRT_EINVAL;
+    llmrt_tensor *t = new_tensor(g, type, LLMRT_OP_NONE, n_dims, ne, LLMRT_TOK_NONE);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->data = (void *)data;
+    return t->id;
+}
+
+int llmrt_graph_input(llmrt_graph *g, int which, int max_out) {
+    CHECK_BUILDING(g);
+    if (which < 0 || which >= LLMRT_INPUT_COUNT) return LLMRT_EINVAL;
+    if (which == LLMRT_INPUT_OUT_ROWS && max_out < 1) return LLMRT_EINVAL;
+    if (g->inputs[which] >= 0) {
+        if (which == LLMRT_INPUT_OUT_ROWS && max_out != g->max_out) return LLMRT_EINVAL;
+        return g->inputs[which];
+    }
+    const int is_out = which == LLMRT_INPUT_OUT_ROWS;
+    const int64_t ne[1] = { is_out ? max_out : g->max_tokens };
+    llmrt_tensor *t = new_tensor(g, LLMRT_TYPE_I32, LLMRT_OP_INPUT, 1, ne,
+                                 is_out ? LLMRT_TOK_OUT : LLMRT_TOK_N);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->op_params[0] = which;
+    g->inputs[which] = t->id;
+    if (is_out) g->max_out = max_out;
+    return t->id;
+}
+
+static int float_weight_type(int type) {
+    return type == LLMRT_TYPE_F32 || type == LLMRT_TYPE_F16 || type == LLMRT_TYPE_BF16;
+}
+
+int llmrt_graph_get_rows(llmrt_graph *g, int w_id, int idx_id) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *w = get(g, w_id), *idx = get(g, idx_id);
+    if (w == NULL || idx == NULL || is_act(w) || w->ne[2] != 1 || w->ne[3] != 1) return LLMRT_EINVAL;
+    if (idx->op != LLMRT_OP_INPUT || idx->op_params[0] != LLMRT_INPUT_TOKENS) return LLMRT_EINVAL;
+    if (!float_weight_type(w->type) && llmrt_kernels()->dequant_row[w->type] == NULL) {
+        return LLMRT_EUNSUPPORTED;
+    }
+    const int64_t ne[2] = { w->ne[0], idx->tok_cap };
+    llmrt_tensor *t = new_tensor(g, LLMRT_TYPE_F32, LLMRT_OP_GET_ROWS, 2, ne, LLMRT_TOK_N);
+    if (t == NULL || push_node(g, t) != LLMRT_OK) return LLMRT_ENOMEM;
+    t->src[0] = w;
+    t->src[1] = idx;
+    return t->id;
+}
+
+int llmrt_graph_rms_norm(llmrt_graph *g, int x_id, float eps) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *x = get(g, x_id);
+    if (!is_f32_act(x)) return LLMRT_EINVAL;
+    llmrt_tensor *t = new_act_like(g, LLMRT_OP_RMS_NORM, x, 0, LLMRT_TYPE_F32);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->src[0] = x;
+    llmrt_set_op_param_f32(t, 0, eps);
+    return t->id;
+}
+
+static int binary(llmrt_graph *g, int op, int a_id, int b_id) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *a = get(g, a_id), *b = get(g, b_id);
+    if (!is_f32_act(a) || b == NULL || !float_weight_type(b->type)) return LLMRT_EINVAL;
+    if (is_act(b)) {
+        if (b->type != LLMRT_TYPE_F32 || !same_shape(a, b)) return LLMRT_EINVAL;
+    } else {
+        /* a weight broadcast over a: each dim 1 or equal, and 1 along (and after) the token dim */
+        for (int d = 0; d < LLMRT_MAX_DIMS; d++) {
+            if (d >= a->tok_dim) {
+                if (b->ne[d] != 1) return LLMRT_EINVAL;
+            } else if (b->ne[d] != 1 && b->ne[d] != a->ne[d]) {
+                return LLMRT_EINVAL;
+            }
+        }
+    }
+    llmrt_tensor *t = new_act_like(g, op, a, 0, LLMRT_TYPE_F32);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->src[0] = a;
+    t->src[1] = b;
+    return t->id;
+}
+
+int llmrt_graph_mul(llmrt_graph *g, int a, int b) { return binary(g, LLMRT_OP_MUL, a, b); }
+int llmrt_graph_add(llmrt_graph *g, int a, int b) { return binary(g, LLMRT_OP_ADD, a, b); }
+
+static int unary(llmrt_graph *g, int op, int x_id, float param) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *x = get(g, x_id);
+    if (!is_f32_act(x)) return LLMRT_EINVAL;
+    llmrt_tensor *t = new_act_like(g, op, x, 0, LLMRT_TYPE_F32);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->src[0] = x;
+    llmrt_set_op_param_f32(t, 0, param);
+    return t->id;
+}
+
+int llmrt_graph_scale(llmrt_graph *g, int x, float s) { return unary(g, LLMRT_OP_SCALE, x, s); }
+int llmrt_graph_silu(llmrt_graph *g, int x) { return unary(g, LLMRT_OP_SILU, x, 0.0f); }
+int llmrt_graph_gelu(llmrt_graph *g, int x) { return unary(g, LLMRT_OP_GELU, x, 0.0f); }
+
+int llmrt_graph_softcap(llmrt_graph *g, int x, float cap) {
+    if (!(cap > 0.0f)) return LLMRT_EINVAL;
+    return unary(g, LLMRT_OP_SOFTCAP, x, cap);
+}
+
+int llmrt_graph_mul_mat(llmrt_graph *g, int w_id, int x_id) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *w = get(g, w_id), *x = get(g, x_id);
+    if (w == NULL || is_act(w) || w->ne[2] != 1 || w->ne[3] != 1) return LLMRT_EINVAL;
+    if (!is_f32_act(x) || x->ne[0] != w->ne[0]) return LLMRT_EINVAL;
+    if (w->ne[0] > INT_MAX) return LLMRT_EINVAL;
+    const llmrt_kernel_table *kt = llmrt_kernels();
+    const int vt = llmrt_type_traits_get(w->type)->vec_dot_type;
+    if (kt->vec_dot[w->type] == NULL || vt < 0) return LLMRT_EUNSUPPORTED;
+    llmrt_tensor *xin = x;
+    if (w->type != LLMRT_TYPE_F32) {
+        if (kt->quant_row[vt] == NULL && vt != LLMRT_TYPE_F16 && vt != LLMRT_TYPE_BF16) {
+            return LLMRT_EUNSUPPORTED;
+        }
+        if (x->ne[0] % llmrt_type_traits_get(vt)->blck_size != 0) return LLMRT_EINVAL;
+        /* Reuse a conversion of the same x to the same type (q/k/v, gate/up projections). */
+        xin = NULL;
+        for (int i = g->n_nodes - 1; i >= 0; i--) {
+            llmrt_tensor *nd = g->nodes[i];
+            if (nd->op == LLMRT_OP_QUANTIZE && nd->src[0] == x && nd->type == vt) {
+                xin = nd;
+                break;
+            }
+        }
+        if (xin == NULL) {
+            xin = new_act_like(g, LLMRT_OP_QUANTIZE, x, 0, vt);
+            if (xin == NULL) return LLMRT_ENOMEM;
+            xin->src[0] = x;
+        }
+    }
+    llmrt_tensor *t = new_act_like(g, LLMRT_OP_MUL_MAT, x, w->ne[1], LLMRT_TYPE_F32);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->src[0] = w;
+    t->src[1] = xin;
+    return t->id;
+}
+
+int llmrt_graph_reshape(llmrt_graph *g, int x_id, const int64_t *ne, int n_dims) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *x = get(g, x_id);
+    if (!is_f32_act(x) || x->op == LLMRT_OP_INPUT) return LLMRT_EINVAL;
+    if (n_dims < 1 || n_dims > LLMRT_MAX_DIMS - 1) return LLMRT_EINVAL;
+    int64_t have = 1, want = 1;
+    for (int d = 0; d < x->tok_dim; d++) have *= x->ne[d];
+    int64_t nne[LLMRT_MAX_DIMS];
+    for (int d = 0; d < n_dims; d++) {
+        if (ne[d] < 1) return LLMRT_EINVAL;
+        want *= ne[d];
+        nne[d] = ne[d];
+    }
+    if (have != want) return LLMRT_EINVAL;
+    nne[n_dims] = x->tok_cap;
+    llmrt_tensor *t = new_tensor(g, LLMRT_TYPE_F32, LLMRT_OP_RESHAPE, n_dims + 1, nne, x->tok_kind);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->src[0] = x;
+    t->view_src = x->view_src ? x->view_src : x;
+    return t->id;
+}
+
+int llmrt_graph_rope(llmrt_graph *g, int x_id, int pos_id, int ff_id, const llmrt_rope_params *p) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *x = get(g, x_id), *pos = get(g, pos_id);
+    llmrt_tensor *ff = ff_id >= 0 ? get(g, ff_id) : NULL;
+    if (!is_f32_act(x) || x->n_dims != 3 || x->tok_kind != LLMRT_TOK_N) return LLMRT_EINVAL;
+    if (pos == NULL || pos->op != LLMRT_OP_INPUT || pos->op_params[0] != LLMRT_INPUT_POSITIONS) {
+        return LLMRT_EINVAL;
+    }
+    if (p->n_rot < 2 || p->n_rot % 2 != 0 || p->n_rot > x->ne[0]) return LLMRT_EINVAL;
+    if (p->mode != LLMRT_ROPE_NORMAL && p->mode != LLMRT_ROPE_NEOX) return LLMRT_EINVAL;
+    if (ff_id >= 0) {
+        if (ff == NULL || is_act(ff) || ff->type != LLMRT_TYPE_F32 || ff->ne[0] < p->n_rot / 2) {
+            return LLMRT_EINVAL;
+        }
+    }
+    llmrt_tensor *t = new_act_like(g, LLMRT_OP_ROPE, x, 0, LLMRT_TYPE_F32);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->src[0] = x;
+    t->src[1] = pos;
+    t->src[2] = ff;
+    t->op_params[0] = p->n_rot;
+    t->op_params[1] = p->mode;
+    t->op_params[2] = p->n_ctx_orig;
+    llmrt_set_op_param_f32(t, 3, p->freq_base);
+    llmrt_set_op_param_f32(t, 4, p->freq_scale);
+    llmrt_set_op_param_f32(t, 5, p->ext_factor);
+    llmrt_set_op_param_f32(t, 6, p->attn_factor);
+    llmrt_set_op_param_f32(t, 7, p->beta_fast);
+    llmrt_set_op_param_f32(t, 8, p->beta_slow);
+    return t->id;
+}
+
+int llmrt_graph_attention(llmrt_graph *g, int q_id, int k_id, int v_id, int layer, float scale,
+                          int n_swa, float softcap) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *q = get(g, q_id), *k = get(g, k_id), *v = get(g, v_id);
+    if (!is_f32_act(q) || !is_f32_act(k) || !is_f32_act(v)) return LLMRT_EINVAL;
+    if (q->n_dims != 3 || k->n_dims != 3 || v->n_dims != 3) return LLMRT_EINVAL;
+    if (q->tok_kind != LLMRT_TOK_N || k->tok_kind != LLMRT_TOK_N || v->tok_kind != LLMRT_TOK_N) {
+        return LLMRT_EINVAL;
+    }
+    if (q->ne[0] != k->ne[0] || k->ne[1] != v->ne[1] || q->ne[1] % k->ne[1] != 0) return LLMRT_EINVAL;
+    if (layer < 0 || n_swa < 0 || softcap < 0.0f) return LLMRT_EINVAL;
+    /* KV_STORE: no memory of its own; it orders the cache writes before the reads. */
+    const int64_t one[1] = { 1 };
+    llmrt_tensor *st = new_tensor(g, LLMRT_TYPE_F32, LLMRT_OP_KV_STORE, 1, one, LLMRT_TOK_NONE);
+    if (st == NULL || push_node(g, st) != LLMRT_OK) return LLMRT_ENOMEM;
+    st->src[0] = k;
+    st->src[1] = v;
+    st->op_params[0] = layer;
+    const int64_t ne[2] = { v->ne[0] * q->ne[1], q->tok_cap };
+    llmrt_tensor *t = new_tensor(g, LLMRT_TYPE_F32, LLMRT_OP_ATTENTION, 2, ne, LLMRT_TOK_N);
+    if (t == NULL || push_node(g, t) != LLMRT_OK) return LLMRT_ENOMEM;
+    t->src[0] = q;
+    t->src[1] = st;
+    t->op_params[0] = layer;
+    llmrt_set_op_param_f32(t, 1, scale);
+    t->op_params[2] = n_swa;
+    llmrt_set_op_param_f32(t, 3, softcap);
+    g->has_attention = 1;
+    return t->id;
+}
+
+int llmrt_graph_glu(llmrt_graph *g, int gate_id, int up_id, int act) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *gate = get(g, gate_id), *up = get(g, up_id);
+    if (!is_f32_act(gate) || !is_f32_act(up) || !same_shape(gate, up)) return LLMRT_EINVAL;
+    if (act != LLMRT_GLU_SILU && act != LLMRT_GLU_GELU) return LLMRT_EINVAL;
+    llmrt_tensor *t = new_act_like(g, LLMRT_OP_GLU, gate, 0, LLMRT_TYPE_F32);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->src[0] = gate;
+    t->src[1] = up;
+    t->op_params[0] = act;
+    return t->id;
+}
+
+int llmrt_graph_get_rows_f32(llmrt_graph *g, int x_id, int rows_id) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *x = get(g, x_id), *rows = get(g, rows_id);
+    if (!is_f32_act(x) || x->tok_kind != LLMRT_TOK_N) return LLMRT_EINVAL;
+    if (rows == NULL || rows->op != LLMRT_OP_INPUT || rows->op_params[0] != LLMRT_INPUT_OUT_ROWS) {
+        return LLMRT_EINVAL;
+    }
+    int64_t ne[LLMRT_MAX_DIMS];
+    for (int d = 0; d < x->n_dims; d++) ne[d] = x->ne[d];
+    ne[x->tok_dim] = rows->tok_cap;
+    llmrt_tensor *t = new_tensor(g, LLMRT_TYPE_F32, LLMRT_OP_GET_ROWS_F32, x->n_dims, ne, LLMRT_TOK_OUT);
+    if (t == NULL || push_node(g, t) != LLMRT_OK) return LLMRT_ENOMEM;
+    t->src[0] = x;
+    t->src[1] = rows;
+    return t->id;
+}
+
+int llmrt_graph_set_output(llmrt_graph *g, int y_id) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *y = get(g, y_id);
+    if (!is_f32_act(y) || y->op == LLMRT_OP_INPUT) return LLMRT_EINVAL;
+    g->output = y_id;
+    return LLMRT_OK;
+}
+
+/* ---- planning ---------------------------------------------------------------------------- */
+
+/* Best-fit allocator over offsets: `blocks` are the free ranges below `top`, sorted. */
+typedef struct {
+    free_block *blocks;
+    int n, cap;
+    size_t top, peak;
+} planner;
+
+static size_t align_up(size_t x, size_t a) {
+    return (x + a - 1) / a * a;
+}
+
+static int planner_alloc(planner *pl, size_t size, size_t *offs) {
+    int best = -1;
+    for (int i = 0; i < pl->n; i++) {
+        if (pl->blocks[i].size >= size && (best < 0 || pl->blocks[i].size < pl->blocks[best].size)) {
+            best = i;
+        }
+    }
+    if (best >= 0) {
+        *offs = pl->blocks[best].offs;
+        pl->blocks[best].offs += size;
+        pl->blocks[best].size -= size;
+        if (pl->blocks[best].size == 0) {
+            memmove(&pl->blocks[best], &pl->blocks[best + 1], (size_t)(pl->n - best - 1) * sizeof(free_block));
+            pl->n--;
+        }
+        return LLMRT_OK;
+    }
+    /* Nothing fits: grow at the top, starting inside the last free range if it touches the top. */
+    if (pl->n > 0 && pl->blocks[pl->n - 1].offs + pl->blocks[pl->n - 1].size == pl->top) {
+        *offs = pl->blocks[pl->n - 1].offs;
+        pl->n--;
+    } else {
+        *offs = pl->top;
+    }
+    pl->top = *offs + size;
+    if (pl->top > pl->peak) pl->peak = pl->top;
+    return LLMRT_OK;
+}
+
+static int planner_free(planner *pl, size_t offs, size_t size) {
+    if (offs + size == pl->top) {  /* the topmost range: lower the top, absorbing a free range below */
+        pl->top = offs;
+        if (pl->n > 0 && pl->blocks[pl->n - 1].offs + pl->blocks[pl->n - 1].size == pl->top) {
+            pl->top = pl->blocks[pl->n - 1].offs;
+            pl->n--;
+        }
+        return LLMRT_OK;
+    }
+    int i = 0;
+    while (i < pl->n && pl->blocks[i].offs < offs) i++;
+    const int merge_prev = i > 0 && pl->blocks[i - 1].offs + pl->blocks[i - 1].size == offs;
+    const int merge_next = i < pl->n && offs + size == pl->blocks[i].offs;
+    if (merge_prev && merge_next) {
+        pl->blocks[i - 1].size += size + pl->blocks[i].size;
+        memmove(&pl->blocks[i], &pl->blocks[i + 1], (size_t)(pl->n - i - 1) * sizeof(free_block));
+        pl->n--;
+    } else if (merge_prev) {
+        pl->blocks[i - 1].size += size;
+    } else if (merge_next) {
+        pl->blocks[i].offs = offs;
+        pl->blocks[i].size += size;
+    } else {
+        if (pl->n == pl->cap) {
+            const int cap = pl->cap ? 2 * pl->cap : 64;
+            free_block *nb = (free_block *)realloc(pl->blocks, (size_t)cap * sizeof(*nb));
+            if (nb == NULL) return LLMRT_ENOMEM;
+            pl->blocks = nb;
+            pl->cap = cap;
+        }
+        memmove(&pl->blocks[i + 1], &pl->blocks[i], (size_t)(pl->n - i) * sizeof(free_block));
+        pl->blocks[i].offs = offs;
+        pl->blocks[i].size = size;
+        pl->n++;
+    }
+    return LLMRT_OK;
+}
+
+/* Tensors that own arena memory: computed activations (not inputs, views or KV_STORE). */
+static int in_arena(const llmrt_tensor *t) {
+    return t->node >= 0 && is_act(t);
+}
+
+static size_t op_wsize(const llmrt_tensor *t) {
+    switch (t->op) {
+    case LLMRT_OP_ROPE: return llmrt_rope_wsize(t);
+    case LLMRT_OP_ATTENTION: return llmrt_attention_wsize(t);
+    default: return 0;
+    }
+}
+
+int llmrt_graph_build(llmrt_graph *g) {
+    if (g->built || g->output < 0) return LLMRT_EINVAL;
+
+    /* Lifetimes: a tensor's memory is needed until the last node reading it or a view of it. */
+    for (int i = 0; i < g->n_tensors; i++) g->tensors[i]->last_use = g->tensors[i]->node;
+    for (int i = 0; i < g->n_nodes; i++) {
+        llmrt_tensor *nd = g->nodes[i];
+        for (int s = 0; s < LLMRT_MAX_SRC; s++) {
+            llmrt_tensor *src = nd->src[s];
+            if (src == NULL) continue;
+            llmrt_tensor *base = src->view_src ? src->view_src : src;
+            if (base->last_use < i) base->last_use = i;
+        }
+    }
+    llmrt_tensor *out = g->tensors[g->output];
+    (out->view_src ? out->view_src : out)->last_use = INT_MAX;
+
+    /* Offsets: walk the nodes; allocate each output, then free what is dead after the node. */
+    planner pl = { 0 };
+    int rc = LLMRT_OK;
+    size_t total = 0;
+    for (int i = 0; i < g->n_nodes && rc == LLMRT_OK; i++) {
+        llmrt_tensor *nd = g->nodes[i];
+        if (in_arena(nd)) {
+            int64_t ne_tok = nd->ne[nd->tok_dim];
+            nd->ne[nd->tok_dim] = nd->tok_cap;
+            set_strides(nd);
+            nd->size = align_up(nd->nb[LLMRT_MAX_DIMS - 1] * (size_t)nd->ne[LLMRT_MAX_DIMS - 1], ARENA_ALIGN);
+            nd->ne[nd->tok_dim] = ne_tok;
+            total += nd->size;
+            rc = planner_alloc(&pl, nd->size, &nd->offs);
+        }
+        for (int j = 0; j <= i && rc == LLMRT_OK; j++) {
+            llmrt_tensor *t = g->nodes[j];
+            if (in_arena(t) && t->last_use == i) rc = planner_free(&pl, t->offs, t->size);
+        }
+    }
+    free(pl.blocks);
+    if (rc != LLMRT_OK) return rc;
+
+    g->arena_size = pl.peak > 0 ? pl.peak : ARENA_ALIGN;
+    g->tensor_bytes = total;
+    if (posix_memalign(&g->arena, ARENA_ALIGN, g->arena_size) != 0) {
+        g->arena = NULL;
+        return LLMRT_ENOMEM;
+    }
+    memset(g->arena, 0, g->arena_size);
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (in_arena(g->nodes[i])) g->nodes[i]->data = (char *)g->arena + g->nodes[i]->offs;
+    }
+    for (int i = 0; i < g->n_tensors; i++) {
+        llmrt_tensor *t = g->tensors[i];
+        if (t->view_src != NULL) t->data = t->view_src->data;
+    }
+
+    /* Per-thread scratch. */
+    size_t ws = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const size_t w = op_wsize(g->nodes[i]);
+        if (w > ws) ws = w;
+    }
+    g->wstride = align_up(ws > 0 ? ws : 1, ARENA_ALIGN);
+    const int nth = llmrt_threadpool_n_threads(g->pool);
+    if (posix_memalign(&g->wdata, ARENA_ALIGN, g->wstride * (size_t)nth) != 0) {
+        g->wdata = NULL;
+        return LLMRT_ENOMEM;
+    }
+    g->counters = (atomic_int *)malloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof(atomic_int));
+    if (g->counters == NULL) return LLMRT_ENOMEM;
+    for (int i = 0; i < g->n_nodes; i++) atomic_init(&g->counters[i], 0);
+    g->built = 1;
+    return LLMRT_OK;
+}
+
+/* ---- running ----------------------------------------------------------------------------- */
+
+/* The one switch that runs a node. */
+static void compute_forward(const llmrt_compute_params *p, llmrt_tensor *t) {
+    switch (t->op) {
+    case LLMRT_OP_GET_ROWS: llmrt_compute_get_rows(p, t); break;
+    case LLMRT_OP_RMS_NORM: llmrt_compute_rms_norm(p, t); break;
+    case LLMRT_OP_MUL:
+    case LLMRT_OP_ADD: llmrt_compute_binary(p, t); break;
+    case LLMRT_OP_SCALE:
+    case LLMRT_OP_SILU:
+    case LLMRT_OP_GELU:
+    case LLMRT_OP_SOFTCAP: llmrt_compute_unary(p, t); break;
+    case LLMRT_OP_QUANTIZE: llmrt_compute_quantize(p, t); break;
+    case LLMRT_OP_MUL_MAT: llmrt_compute_mul_mat(p, t); break;
+    case LLMRT_OP_ROPE: llmrt_compute_rope(p, t); break;
+    case LLMRT_OP_KV_STORE: llmrt_compute_kv_store(p, t); break;
+    case LLMRT_OP_ATTENTION: llmrt_compute_attention(p, t); break;
+    case LLMRT_OP_GLU: llmrt_compute_glu(p, t); break;
+    case LLMRT_OP_GET_ROWS_F32: llmrt_compute_get_rows_f32(p, t); break;
+    default: break; /* NONE, INPUT, RESHAPE: nothing to compute */
+    }
+}
+
+static void graph_worker(void *arg, int ith, int nth) {
+    llmrt_graph *g = (llmrt_graph *)arg;
+    llmrt_compute_params p;
+    p.ith = ith;
+    p.nth = nth;
+    p.wdata = (char *)g->wdata + (size_t)ith * g->wstride;
+    p.wsize = g->wstride;
+    p.ctx = &g->ctx;
+    for (int i = 0; i < g->n_nodes; i++) {
+        p.counter = &g->counters[i];
+        compute_forward(&p, g->nodes[i]);
+        if (i + 1 < g->n_nodes) llmrt_threadpool_barrier(g->pool);
+    }
+}
+
+/* Checks what would otherwise read or write out of bounds. */
+static int check_run(const llmrt_graph *g, const llmrt_graph_inputs *in, const llmrt_kv_cache *cache) {
+    if (!g->built || in == NULL || in->n < 1 || in->n > g->max_tokens) return LLMRT_EINVAL;
+    if (g->inputs[LLMRT_INPUT_TOKENS] >= 0 && in->tokens == NULL) return LLMRT_EINVAL;
+    if ((g->inputs[LLMRT_INPUT_POSITIONS] >= 0 || g->has_attention) && in->positions == NULL) {
+        return LLMRT_EINVAL;
+    }
+    if (g->inputs[LLMRT_INPUT_OUT_ROWS] >= 0) {
+        if (in->out_rows == NULL || in->n_out < 1 || in->n_out > g->max_out) return LLMRT_EINVAL;
+        for (int j = 0; j < in->n_out; j++) {
+            if (in->out_rows[j] < 0 || in->out_rows[j] >= in->n) return LLMRT_EINVAL;
+        }
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const llmrt_tensor *t = g->nodes[i];
+        if (t->op == LLMRT_OP_GET_ROWS) {
+            for (int j = 0; j < in->n; j++) {
+                if (in->tokens[j] < 0 || in->tokens[j] >= t->src[0]->ne[1]) return LLMRT_EINVAL;
+            }
+        } else if (t->op == LLMRT_OP_KV_STORE) {
+            const int l = t->op_params[0];
+            if (cache == NULL || l >= cache->n_layer) return LLMRT_EINVAL;
+            if (cache->n_head_kv[l] != t->src[0]->ne[1] || cache->hd_k[l] != t->src[0]->ne[0] ||
+                cache->hd_v[l] != t->src[1]->ne[0]) {
+                return LLMRT_EINVAL;
+            }
+        }
+    }
+    if (g->has_attention) {
+        if (cache == NULL || cache->n_pending != in->n || cache->n_used + in->n > cache->n_ctx) {
+            return LLMRT_EINVAL;
+        }
+    }
+    return LLMRT_OK;
+}
+
+int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache *cache, float *out) {
+    pthread_mutex_lock(&g->run_lock);
+    int rc = check_run(g, in, cache);
+    if (rc != LLMRT_OK || out == NULL) {
+        pthread_mutex_unlock(&g->run_lock);
+        return rc != LLMRT_OK ? rc : LLMRT_EINVAL;
+    }
+    const int n_out = g->inputs[LLMRT_INPUT_OUT_ROWS] >= 0 ? in->n_out : 0;
+
+    /* This run's shapes and inputs. */
+    for (int i = 0; i < g->n_tensors; i++) {
+        llmrt_tensor *t = g->tensors[i];
+        if (t->tok_kind == LLMRT_TOK_N) t->ne[t->tok_dim] = in->n;
+        if (t->tok_kind == LLMRT_TOK_OUT) t->ne[t->tok_dim] = n_out;
+    }
+    const void *input_data[LLMRT_INPUT_COUNT] = { in->tokens, in->positions, in->out_rows };
+    for (int w = 0; w < LLMRT_INPUT_COUNT; w++) {
+        if (g->inputs[w] >= 0) g->tensors[g->inputs[w]]->data = (void *)input_data[w];
+    }
+    g->ctx.n = in->n;
+    g->ctx.n_out = n_out;
+    g->ctx.positions = in->positions;
+    g->ctx.cache = g->has_attention ? cache : NULL;
+    g->ctx.kv_first = 0;
+    g->ctx.kt = llmrt_kernels();
+    if (g->has_attention) {
+        g->ctx.kv_first = cache->n_used;
+        for (int i = 0; i < in->n; i++) cache->pos[cache->n_used + i] = in->positions[i];
+    }
+    for (int i = 0; i < g->n_nodes; i++) atomic_store(&g->counters[i], 0);
+
+    llmrt_threadpool_run(g->pool, graph_worker, g);
+
+    const llmrt_tensor *y = g->tensors[g->output];
+    memcpy(out, y->data, y->nb[y->tok_dim] * (size_t)y->ne[y->tok_dim]);
+    if (g->has_attention) {
+        cache->n_used += in->n;
+        cache->n_pending = 0;
+    }
+    for (int w = 0; w < LLMRT_INPUT_COUNT; w++) {
+        if (g->inputs[w] >= 0) g->tensors[g->inputs[w]]->data = NULL;  /* not ours to keep */
+    }
+    pthread_mutex_unlock(&g->run_lock);
+    return LLMRT_OK;
+}
+
+/* ---- inspection -------------------------------------------------------------------------- */
+
+const llmrt_tensor *llmrt_graph_tensor(const llmrt_graph *g, int id) { return get(g, id); }
+int llmrt_graph_n_tensors(const llmrt_graph *g) { return g->n_tensors; }
+int llmrt_graph_n_nodes(const llmrt_graph *g) { return g->n_nodes; }
+int llmrt_graph_output(const llmrt_graph *g) { return g->output; }
+int llmrt_graph_is_built(const llmrt_graph *g) { return g->built; }
+int llmrt_graph_max_tokens(const llmrt_graph *g) { return g->max_tokens; }
+int llmrt_graph_max_out(const llmrt_graph *g) { return g->max_out; }
+size_t llmrt_graph_arena_bytes(const llmrt_graph *g) { return g->built ? g->arena_size : 0; }
+size_t llmrt_graph_tensor_bytes(const llmrt_graph *g) { return g->tensor_bytes; }
+
+int llmrt_graph_input_id(const llmrt_graph *g, int which) {
+    if (which < 0 || which >= LLMRT_INPUT_COUNT) return -1;
+    return g->inputs[which];
+}

@@ -1,0 +1,95 @@
+/*
+ * ops.h — internal: what the graph runner hands each op, and the op kernels it calls.
+ *
+ * Every node runs on all threads of the pool. An op cuts its work into chunks (rows, blocks of
+ * weight rows, tokens, (token, head) pairs) and each thread claims the next chunk from the
+ * node's atomic counter until none are left:
+ *
+ *     for (int64_t c = llmrt_claim(p); c < n_chunks; c = llmrt_claim(p)) { ...chunk c... }
+ *
+ * The counter starts at 0 for every node of every run. dst's ne already holds this run's token
+ * count. Inputs were validated when the graph was built and when the run started.
+ */
+#ifndef LLMRT_OPS_H
+#define LLMRT_OPS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmrt/graph.h"
+#include "llmrt/kv_cache.h"
+#include "llmrt/llmrt.h"
+
+/* Shared by all threads of one run. */
+typedef struct {
+    int n;                          /* tokens in this run */
+    int n_out;                      /* picked output rows in this run */
+    const int32_t *positions;       /* [n] */
+    llmrt_kv_cache *cache;          /* NULL if the graph has no attention */
+    int kv_first;                   /* cache cell of this run's token 0 */
+    const llmrt_kernel_table *kt;
+} llmrt_run_ctx;
+
+/* One thread's view of one node. */
+typedef struct {
+    int ith, nth;
+    void *wdata;                    /* this thread's scratch, wsize bytes (64-byte aligned) */
+    size_t wsize;
+    atomic_int *counter;            /* this node's chunk counter */
+    const llmrt_run_ctx *ctx;
+} llmrt_compute_params;
+
+static inline int64_t llmrt_claim(const llmrt_compute_params *p) {
+    return (int64_t)atomic_fetch_add_explicit(p->counter, 1, memory_order_relaxed);
+}
+
+/* Rows (ne1 * ne2 * ne3) of a tensor at its current shape. */
+static inline int64_t llmrt_nrows(const llmrt_tensor *t) {
+    return t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+/* fp16 -> fp32 through a 64K-entry table (filled by llmrt_ops_init). */
+extern float llmrt_table_f32_f16[1 << 16];
+static inline float llmrt_f16_lookup(llmrt_fp16_t h) {
+    return llmrt_table_f32_f16[h];
+}
+
+/* Fills the lookup tables once (thread-safe, idempotent). */
+void llmrt_ops_init(void);
+
+/* Converts n values of a float type (F32, F16, BF16) to f32. */
+void llmrt_row_to_f32(int type, const void *x, float *y, int64_t n);
+
+/* ---- op kernels: void f(const llmrt_compute_params *p, llmrt_tensor *dst) ---------------- */
+
+void llmrt_compute_get_rows(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_get_rows_f32(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_rms_norm(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_binary(const llmrt_compute_params *p, llmrt_tensor *dst);   /* MUL, ADD */
+void llmrt_compute_unary(const llmrt_compute_params *p, llmrt_tensor *dst);    /* SCALE, SILU,
+                                                                                  GELU, SOFTCAP */
+void llmrt_compute_glu(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_quantize(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_mul_mat(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_rope(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_kv_store(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst);
+
+/* Per-thread scratch bytes an op needs (0 for most). */
+size_t llmrt_rope_wsize(const llmrt_tensor *dst);
+size_t llmrt_attention_wsize(const llmrt_tensor *dst);
+
+/* ---- RoPE pieces, shared with the cache's shift (ggml_rope_ext semantics) ---------------- */
+
+/* YaRN correction dims [start, end] for n_dims rotated dims (ggml_rope_yarn_corr_dims). */
+void llmrt_rope_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast,
+                               float beta_slow, float dims[2]);
+/* cache[2i] = cos, cache[2i + 1] = sin of pair i at position pos, i < n_rot / 2, including
+ * freq_factors (NULL or [n_rot / 2]), YaRN and attn_factor. sin_sign -1 rotates backwards. */
+void llmrt_rope_cache_init(float pos, const llmrt_rope_params *rp, const float *freq_factors,
+                           const float corr_dims[2], float sin_sign, float *cache);
+/* Rotates one head vector x (hd floats, n_rot <= hd) into y (may alias x) with the cache. */
+void llmrt_rope_apply(const float *cache, int n_rot, int mode, int hd, const float *x, float *y);
+
+#endif /* LLMRT_OPS_H */

@@ -1,0 +1,160 @@
+/*
+ * threadpool.c — a pthread pool started once: n_threads - 1 workers plus the calling thread.
+ *
+ * A run publishes (fn, arg) under the mutex, bumps `generation` and wakes the workers; each calls
+ * fn(arg, ith, nth) and reports back; the caller runs ith = 0 itself and waits for the others.
+ * The barrier used between graph nodes is a sense-counting spin barrier on two atomics that
+ * falls back to sched_yield(), so it behaves when there are fewer free cores than threads.
+ */
+#include "llmrt/threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+typedef struct {
+    llmrt_threadpool *tp;
+    int ith;
+    pthread_t thread;
+} worker;
+
+struct llmrt_threadpool {
+    int n_threads;
+    worker *workers;            /* [n_threads - 1], thread ith = index + 1 */
+    int n_started;              /* workers actually created */
+
+    pthread_mutex_t run_lock;   /* serializes runs */
+    pthread_mutex_t mutex;      /* guards the fields below */
+    pthread_cond_t cond_start;  /* workers wait for a new generation */
+    pthread_cond_t cond_done;   /* the caller waits for n_done == n_threads - 1 */
+    unsigned generation;
+    int n_done;
+    int stop;
+    llmrt_task_fn fn;
+    void *arg;
+
+    atomic_int barrier_count;   /* threads arrived at the current barrier */
+    atomic_uint barrier_gen;    /* bumped when everyone has arrived */
+};
+
+static void *worker_main(void *p) {
+    worker *w = (worker *)p;
+    llmrt_threadpool *tp = w->tp;
+    unsigned seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&tp->mutex);
+        while (tp->generation == seen && !tp->stop) pthread_cond_wait(&tp->cond_start, &tp->mutex);
+        if (tp->stop) {
+            pthread_mutex_unlock(&tp->mutex);
+            break;
+        }
+        seen = tp->generation;
+        llmrt_task_fn fn = tp->fn;
+        void *arg = tp->arg;
+        pthread_mutex_unlock(&tp->mutex);
+
+        fn(arg, w->ith, tp->n_threads);
+
+        pthread_mutex_lock(&tp->mutex);
+        if (++tp->n_done == tp->n_threads - 1) pthread_cond_signal(&tp->cond_done);
+        pthread_mutex_unlock(&tp->mutex);
+    }
+    return NULL;
+}
+
+llmrt_threadpool *llmrt_threadpool_new(int n_threads) {
+    if (n_threads < 1) return NULL;
+    llmrt_threadpool *tp = (llmrt_threadpool *)calloc(1, sizeof(*tp));
+    if (tp == NULL) return NULL;
+    tp->n_threads = n_threads;
+    pthread_mutex_init(&tp->run_lock, NULL);
+    pthread_mutex_init(&tp->mutex, NULL);
+    pthread_cond_init(&tp->cond_start, NULL);
+    pthread_cond_init(&tp->cond_done, NULL);
+    atomic_init(&tp->barrier_count, 0);
+    atomic_init(&tp->barrier_gen, 0u);
+    if (n_threads > 1) {
+        tp->workers = (worker *)calloc((size_t)(n_threads - 1), sizeof(worker));
+        if (tp->workers == NULL) {
+            llmrt_threadpool_free(tp);
+            return NULL;
+        }
+        for (int i = 0; i < n_threads - 1; i++) {
+            tp->workers[i].tp = tp;
+            tp->workers[i].ith = i + 1;
+            if (pthread_create(&tp->workers[i].thread, NULL, worker_main, &tp->workers[i]) != 0) {
+                llmrt_threadpool_free(tp);
+                return NULL;
+            }
+            tp->n_started++;
+        }
+    }
+    return tp;
+}
+
+void llmrt_threadpool_free(llmrt_threadpool *tp) {
+    if (tp == NULL) return;
+    pthread_mutex_lock(&tp->mutex);
+    tp->stop = 1;
+    pthread_cond_broadcast(&tp->cond_start);
+    pthread_mutex_unlock(&tp->mutex);
+    for (int i = 0; i < tp->n_started; i++) pthread_join(tp->workers[i].thread, NULL);
+    free(tp->workers);
+    pthread_cond_destroy(&tp->cond_done);
+    pthread_cond_destroy(&tp->cond_start);
+    pthread_mutex_destroy(&tp->mutex);
+    pthread_mutex_destroy(&tp->run_lock);
+    free(tp);
+}
+
+int llmrt_threadpool_n_threads(const llmrt_threadpool *tp) {
+    return tp->n_threads;
+}
+
+void llmrt_threadpool_run(llmrt_threadpool *tp, llmrt_task_fn fn, void *arg) {
+    pthread_mutex_lock(&tp->run_lock);
+    if (tp->n_threads > 1) {
+        pthread_mutex_lock(&tp->mutex);
+        tp->fn = fn;
+        tp->arg = arg;
+        tp->n_done = 0;
+        tp->generation++;
+        pthread_cond_broadcast(&tp->cond_start);
+        pthread_mutex_unlock(&tp->mutex);
+    }
+    fn(arg, 0, tp->n_threads);
+    if (tp->n_threads > 1) {
+        pthread_mutex_lock(&tp->mutex);
+        while (tp->n_done < tp->n_threads - 1) pthread_cond_wait(&tp->cond_done, &tp->mutex);
+        pthread_mutex_unlock(&tp->mutex);
+    }
+    pthread_mutex_unlock(&tp->run_lock);
+}
+
+void llmrt_threadpool_barrier(llmrt_threadpool *tp) {
+    const int nth = tp->n_threads;
+    if (nth == 1) return;
+    /* Read the generation before arriving: the last arrival bumps it, releasing the others. */
+    const unsigned gen = atomic_load(&tp->barrier_gen);
+    if (atomic_fetch_add(&tp->barrier_count, 1) == nth - 1) {
+        atomic_store(&tp->barrier_count, 0);
+        atomic_fetch_add(&tp->barrier_gen, 1u);
+        return;
+    }
+    int spins = 0;
+    while (atomic_load(&tp->barrier_gen) == gen) {
+        if (++spins < 2000) {
+            cpu_relax();
+        } else {
+            sched_yield();
+        }
+    }
+}

@@ -1,0 +1,54 @@
+# Dot-product kernels (csrc/kernels/dot_generic.c, csrc/kernels/x86/dot_*.c) through the kernel
+# table, one row at a time. Used by tests to check every ISA variant against the generic one.
+from c_llmrt cimport *
+
+
+def _aligned_bytes(x):
+    """x as a flat contiguous uint8 array whose data is 16-byte aligned (kernels may read a block's
+    f32/f16 fields in place, so the row must start aligned, as rows in the graph's buffers do)."""
+    x = np.ascontiguousarray(x, dtype=np.uint8).reshape(-1)
+    if x.ctypes.data % 16 != 0:
+        buf = np.empty(x.shape[0] + 16, dtype=np.uint8)
+        off = (-buf.ctypes.data) % 16
+        y = buf[off:off + x.shape[0]]
+        y[:] = x
+        x = y
+    return x
+
+
+def vec_dot(int wtype, w, a, int n):
+    """dot(weight row, activation row) with the kernel table's vec_dot[wtype].
+
+    w: uint8 array, one row of n elements of type `wtype` (llmrt_row_size(wtype, n) bytes)  # IN
+    a: uint8 array, one row of n elements of wtype's vec_dot_type (e.g. Q8_0 for Q4_0)       # IN
+    Returns the dot product as a Python float (the kernel's f32 result).
+    """
+    cdef const llmrt_type_traits *tt = llmrt_type_traits_get(wtype)
+    if tt == NULL:
+        raise ValueError(f"[vec_dot] unknown type id {wtype}")
+    name = tt.name.decode()
+    cdef const llmrt_kernel_table *kt = llmrt_kernels()
+    cdef llmrt_vec_dot_fn fn = kt.vec_dot[wtype]
+    if fn == NULL:
+        raise ValueError(f"[vec_dot] no dot-product kernel for type {name}")
+    if n <= 0 or n % tt.blck_size != 0:
+        raise ValueError(f"[vec_dot] n = {n} must be a positive multiple of {name}'s block size "
+                         f"{tt.blck_size}")
+    cdef int atype = tt.vec_dot_type
+    cdef const llmrt_type_traits *at = llmrt_type_traits_get(atype)
+    if at == NULL or n % at.blck_size != 0:
+        raise ValueError(f"[vec_dot] n = {n} does not fit {name}'s activation type")
+    cdef const unsigned char[::1] wv = _aligned_bytes(w)
+    cdef const unsigned char[::1] av = _aligned_bytes(a)
+    cdef size_t wsize = llmrt_row_size(wtype, n)
+    cdef size_t asize = llmrt_row_size(atype, n)
+    if <size_t>wv.shape[0] != wsize:
+        raise ValueError(f"[vec_dot] weight row has {wv.shape[0]} bytes, a {name} row of {n} "
+                         f"elements has {wsize}")
+    if <size_t>av.shape[0] != asize:
+        raise ValueError(f"[vec_dot] activation row has {av.shape[0]} bytes, a "
+                         f"{at.name.decode()} row of {n} elements has {asize}")
+    cdef float s = 0.0
+    with nogil:
+        fn(n, &s, &wv[0], &av[0])
+    return s

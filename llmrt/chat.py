@@ -1,0 +1,293 @@
+"""Chat: templates (the GGUF's Jinja `tokenizer.chat_template` or a built-in one), prompt
+encoding with exactly one BOS, and a conversation that keeps its KV cache between turns.
+
+    chat = ChatSession(model, system="You are terse.", temperature=0.7, seed=1)
+    chat.send("Hi!", streamer=TextStreamer(model.tokenizer, skip_prompt=True))
+    chat.send("And then?")           # only the new part of the conversation is evaluated
+    chat.reset()
+
+Templates are rendered as Hugging Face does (transformers' chat_template_utils): a sandboxed
+Jinja environment with trim_blocks and lstrip_blocks, the variables `messages`,
+`add_generation_prompt`, `bos_token`, `eos_token` (and any extra keyword), the functions
+`raise_exception(msg)` and `strftime_now(fmt)`, a `tojson` filter that keeps non-ASCII text,
+and the `{% generation %}` block tag. Built-in templates (llmrt/templates/*.jinja) are used for
+files without one: chatml, gemma, llama2, llama3, picked from the vocabulary's special tokens
+and the architecture (`pick_template`).
+
+BOS has one owner, `encode_chat`: when the rendered text already starts with the BOS token's
+text (templates that write `{{ bos_token }}`), the text is tokenized with special tokens parsed
+and nothing added; otherwise BOS is prepended iff the tokenizer's add_bos is set. Never two,
+never none.
+
+ChatSession renders the whole conversation each turn and evaluates only the ids after what the
+KV cache already holds. If they diverge (a template that rewrites history, or an answer whose
+re-tokenization differs from the sampled ids), the cache is cut back to the first difference
+(`session.truncate` when the session has it, else reset) and re-evaluated from there.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from llmrt.generation import (GenerationResult, _common_prefix, _prefill_from, decode,
+                              make_sampler)
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+BUILTIN_TEMPLATES = ("chatml", "gemma", "llama2", "llama3")
+
+
+# ---- Jinja environment (HF conventions) --------------------------------------------------------
+
+def _raise_exception(message):
+    from jinja2.exceptions import TemplateError
+    raise TemplateError(message)
+
+
+def _strftime_now(fmt):
+    return datetime.datetime.now().strftime(fmt)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    # HF's override: the builtin tojson escapes HTML characters and sorts keys.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+@functools.lru_cache(maxsize=1)
+def _environment():
+    from jinja2 import nodes
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationTag(Extension):
+        """`{% generation %}...{% endgeneration %}` (HF marks assistant text with it): the body
+        is rendered as is."""
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_render_body"), [], [], body) \
+                .set_lineno(lineno)
+
+        def _render_body(self, caller):
+            return caller()
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[GenerationTag, loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def builtin_template(name: str) -> str:
+    """The source of a built-in template (one of BUILTIN_TEMPLATES)."""
+    if name not in BUILTIN_TEMPLATES:
+        raise ValueError(f"[chat template] unknown built-in template {name!r}; "
+                         f"known: {', '.join(BUILTIN_TEMPLATES)}")
+    return (TEMPLATE_DIR / f"{name}.jinja").read_text(encoding="utf-8")
+
+
+def _token_text(tokenizer, id) -> str:
+    if id is None or id < 0:
+        return ""
+    try:
+        return tokenizer.id_to_token(int(id))
+    except (IndexError, KeyError, ValueError):
+        return ""
+
+
+class ChatTemplate:
+    """A compiled chat template. `render(messages, add_generation_prompt=True) -> str`."""
+
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "",
+                 name: str = "custom"):
+        from jinja2.exceptions import TemplateSyntaxError
+        self.source = source
+        self.name = name
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        try:
+            self._tmpl = _environment().from_string(source)
+        except TemplateSyntaxError as e:
+            raise ValueError(f"[chat template] {name}: syntax error line {e.lineno}: "
+                             f"{e.message}") from None
+
+    def __repr__(self):
+        return f"ChatTemplate(name={self.name!r})"
+
+    def render(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+               **extra) -> str:
+        from jinja2.exceptions import TemplateError
+        for m in messages:
+            if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                raise ValueError(f"[chat template] a message must be a dict with 'role' and "
+                                 f"'content', got {m!r}")
+        kw = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+        kw.update(extra)
+        try:
+            return self._tmpl.render(messages=list(messages),
+                                     add_generation_prompt=add_generation_prompt, **kw)
+        except TemplateError as e:
+            raise ValueError(f"[chat template] {self.name}: {e}") from None
+
+    @classmethod
+    def for_model(cls, model, override: str | None = None) -> "ChatTemplate":
+        """The model's template: `override` (a built-in name, a file path or Jinja source), else
+        the GGUF's tokenizer.chat_template, else a built-in one picked by pick_template."""
+        return cls.for_tokenizer(model.tokenizer, getattr(model, "metadata", None) or {},
+                                 override)
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, metadata: dict, override: str | None = None):
+        tok = {"bos_token": _token_text(tokenizer, getattr(tokenizer, "bos_id", None)),
+               "eos_token": _token_text(tokenizer, getattr(tokenizer, "eos_id", None))}
+        if override is not None:
+            if override in BUILTIN_TEMPLATES:
+                return cls(builtin_template(override), name=override, **tok)
+            if "{{" in override or "{%" in override:
+                return cls(override, name="custom", **tok)
+            p = Path(override).expanduser()
+            if not p.is_file():
+                raise FileNotFoundError(f"[chat template] no such file: {override} (or use a "
+                                        f"built-in name: {', '.join(BUILTIN_TEMPLATES)})")
+            return cls(p.read_text(encoding="utf-8"), name=str(p), **tok)
+        src = metadata.get("tokenizer.chat_template")
+        if isinstance(src, str) and src.strip():
+            return cls(src, name="gguf", **tok)
+        name = pick_template(metadata, tokenizer)
+        return cls(builtin_template(name), name=name, **tok)
+
+
+def _has_token(tokenizer, metadata: dict, text: str) -> bool:
+    """Is `text` one token of the vocabulary (a special token such as <start_of_turn>)?"""
+    vocab = metadata.get("tokenizer.ggml.tokens")
+    if vocab is not None and len(vocab) > 0:
+        return text in vocab
+    try:
+        return len(tokenizer.encode(text, add_special=False, parse_special=True)) == 1
+    except Exception:   # a tokenizer that cannot encode it does not have it as one token
+        return False
+
+
+def pick_template(metadata: dict, tokenizer) -> str:
+    """A built-in template name for a file without tokenizer.chat_template: by the turn tokens
+    in the vocabulary, then the architecture and tokenizer type; ChatML otherwise (llama.cpp's
+    default too)."""
+    arch = str(metadata.get("general.architecture", ""))
+    pre = str(metadata.get("tokenizer.ggml.pre", ""))
+    tok_model = str(metadata.get("tokenizer.ggml.model", ""))
+    if arch.startswith("gemma") or _has_token(tokenizer, metadata, "<start_of_turn>"):
+        return "gemma"
+    if pre in ("llama3", "llama-bpe") or (_has_token(tokenizer, metadata, "<|start_header_id|>")
+                                           and _has_token(tokenizer, metadata, "<|eot_id|>")):
+        return "llama3"
+    if _has_token(tokenizer, metadata, "<|im_start|>"):
+        return "chatml"
+    if _has_token(tokenizer, metadata, "[INST]") or (arch == "llama" and tok_model == "llama"):
+        return "llama2"
+    return "chatml"
+
+
+def encode_chat(tokenizer, text: str) -> list[int]:
+    """Token ids of a rendered chat prompt with exactly one BOS (see the module doc)."""
+    ids = list(tokenizer.encode(text, add_special=False, parse_special=True))
+    bos = getattr(tokenizer, "bos_id", None)
+    if bos is None or bos < 0:
+        return ids
+    bos_text = _token_text(tokenizer, bos)
+    if bos_text and text.startswith(bos_text):
+        return ids                      # the template wrote BOS
+    if tokenizer.add_bos and not (ids and ids[0] == bos):
+        ids.insert(0, bos)
+    return ids
+
+
+# ---- conversation ------------------------------------------------------------------------------
+
+class ChatSession:
+    """A conversation with a model: messages plus the KV cache that holds them.
+
+    model: has `tokenizer`, `metadata` and `new_session(ctx_size=None)`. system: an optional
+    system prompt. template: None (the model's), a built-in name, a file path or Jinja source.
+    max_new_tokens: per answer (-1: until an end-of-generation token). sampling: Sampler
+    parameters (temperature, top_k, ..., seed) or `sampler=`."""
+
+    def __init__(self, model, system: str | None = None, template=None, *, session=None,
+                 ctx_size: int | None = None, max_new_tokens: int = -1,
+                 stop: Sequence[str] = (), **sampling):
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.template = (template if isinstance(template, ChatTemplate)
+                         else ChatTemplate.for_model(model, template))
+        self.system = system
+        self.sampler = make_sampler(**sampling)
+        if session is None:
+            session = model.new_session(ctx_size=ctx_size) if ctx_size else model.new_session()
+        self.session = session
+        self.max_new_tokens = max_new_tokens
+        self.stop = list(stop)
+        self.messages: list[dict] = []
+        self.last_result: GenerationResult | None = None
+        self._hist: list[int] | None = None   # ids fed to the session, in order (see _feed)
+        self._n_past_after: int | None = None
+        self.reset(clear_cache=False)
+
+    def reset(self, clear_cache: bool = True):
+        """Forget the conversation (the system prompt stays) and clear the KV cache."""
+        self.messages = [] if self.system is None else [{"role": "system",
+                                                          "content": self.system}]
+        if clear_cache:
+            self.session.reset()
+        self._hist = None
+        self._n_past_after = None
+
+    def render(self, messages=None, add_generation_prompt: bool = True) -> str:
+        return self.template.render(self.messages if messages is None else messages,
+                                    add_generation_prompt=add_generation_prompt)
+
+    def _feed(self, ids: list[int]):
+        """Evaluate what the cache lacks of `ids` -> (logits of the last id, the ids fed)."""
+        sess = self.session
+        cache = list(sess.tokens)
+        n = _common_prefix(cache, ids)
+        if n == len(cache) and n < len(ids):
+            return sess.eval(ids[n:]), ids[n:]
+        # The cache is not a prefix of the conversation. If the session evicted tokens (context
+        # shift) but holds exactly what we fed it last time, the conversation we fed is still
+        # the prefix that counts.
+        hist = self._hist
+        if (hist is not None and len(hist) < len(ids)
+                and getattr(sess, "n_past", None) == self._n_past_after
+                and _common_prefix(hist, ids) == len(hist)):
+            return sess.eval(ids[len(hist):]), ids[len(hist):]
+        return _prefill_from(sess, ids, n)
+
+    def send(self, user_text: str, streamer=None, max_new_tokens: int | None = None) -> str:
+        """Add a user turn, generate the answer (until an end-of-generation token), return its
+        text. The streamer gets the newly evaluated prompt ids first, then the answer.
+        KeyboardInterrupt stops the answer: what was generated is kept in the conversation and
+        the interrupt is re-raised."""
+        msgs = self.messages + [{"role": "user", "content": user_text}]
+        ids = encode_chat(self.tokenizer, self.template.render(msgs, add_generation_prompt=True))
+        self._hist = None                 # unknown until this turn completes
+        logits, fed = self._feed(ids)
+        if streamer is not None:
+            streamer.put(np.asarray(fed, dtype=np.int64))
+        res = self.last_result = GenerationResult()
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        try:
+            decode(self.session, logits, self.tokenizer, self.sampler, list(ids),
+                   streamer=streamer, max_new_tokens=limit, stop=self.stop, result=res)
+            self._hist = ids + res.ids[:res.n_eval]
+            self._n_past_after = getattr(self.session, "n_past", None)
+        finally:
+            self.messages = msgs + [{"role": "assistant", "content": res.text}]
+        return res.text
+

@@ -1,0 +1,255 @@
+"""Model: a GGUF file ready to run — weights memory-mapped, graphs built once per batch bucket.
+
+    model = Model("model.gguf", n_threads=2)          # or Model.from_pretrained(...), or a short name
+    logits = model(ids)                               # [len(ids), n_vocab] float32, from an empty cache
+    out = model.generate(ids, streamer=TextStreamer(model.tokenizer), max_new_tokens=64)
+
+A Session owns one KV cache and the list of tokens in it (they always move together);
+`Model.generate` and the chat front end run on sessions. Graphs are built lazily, once per
+(batch bucket, all-logits?) pair, and re-run for every batch that fits the bucket.
+"""
+import logging
+import os
+from typing import Iterable, List, Optional, Sequence, Union
+
+import numpy as np
+
+from llmrt import _core
+from llmrt.errors import ModelFormatError
+from llmrt.gguf import GGUFFile
+from llmrt.models import get_family
+
+log = logging.getLogger("llmrt")
+
+# Batch buckets: a batch of n tokens runs on the graph of the smallest bucket >= n.
+BATCH_BUCKETS = (1, 8, 32, 128, 512)
+N_BATCH = BATCH_BUCKETS[-1]
+# When every position's logits are wanted, cap the logits buffer of one batch (n_vocab * n floats).
+ALL_LOGITS_BATCH_BYTES = 64 << 20
+
+
+def physical_core_count() -> int:
+    """Physical cores available to this process (not hyper-threads); llama.cpp's default too."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return max(1, (os.cpu_count() or 2) // 2)
+    cores = set()
+    for c in cpus:
+        base = f"/sys/devices/system/cpu/cpu{c}/topology/"
+        try:
+            with open(base + "physical_package_id") as f1, open(base + "core_id") as f2:
+                cores.add((f1.read().strip(), f2.read().strip()))
+        except OSError:
+            cores.add(("cpu", str(c)))
+    return max(1, len(cores))
+
+
+def _as_id_list(ids) -> List[int]:
+    """Token ids from a list, a numpy array or a torch-like tensor (a batch of one is accepted)."""
+    if hasattr(ids, "tolist") and not isinstance(ids, list):
+        ids = ids.tolist()
+    if len(ids) == 1 and isinstance(ids[0], (list, tuple)):
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
+class _Weights:
+    """`w(name)` gives the graph handle of a weight tensor, wrapped once per graph (zero-copy)."""
+
+    def __init__(self, g, f: GGUFFile):
+        self.g, self.f, self.handles = g, f, {}
+
+    def has(self, name):
+        return name in self.f.tensors
+
+    def __call__(self, name):
+        h = self.handles.get(name)
+        if h is None:
+            t = self.f.tensors.get(name)
+            if t is None:
+                raise ModelFormatError(f"{self.f.path}: missing tensor {name}")
+            h = self.handles[name] = self.g.weight(t.data, t.type, tuple(t.shape))
+        return h
+
+
+class Session:
+    """One KV cache and the tokens in it. `eval(ids)` appends ids and returns logits."""
+
+    def __init__(self, model: "Model", ctx_size: Optional[int] = None):
+        self.model = model
+        self.n_ctx = int(ctx_size or model.n_ctx)
+        if self.n_ctx < 1:
+            raise ValueError(f"ctx_size must be >= 1, got {self.n_ctx}")
+        hp = model.hparams
+        shapes = hp.kv_shapes()
+        self.cache = _core.KVCache(hp.n_layer, self.n_ctx, [s[0] for s in shapes],
+                                   [s[1] for s in shapes], [s[2] for s in shapes], dtype=model.kv_dtype)
+        self.tokens: List[int] = []
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def reset(self):
+        self.cache.clear()
+        self.tokens = []
+
+    def truncate(self, n: int):
+        """Keep the first n tokens (and their cache cells)."""
+        if not 0 <= n <= len(self.tokens):
+            raise ValueError(f"cannot truncate a session of {len(self.tokens)} tokens to {n}")
+        self.cache.truncate(n)
+        del self.tokens[n:]
+
+    def eval(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        """Append `ids` to the cache. Returns the logits of the last id ([n_vocab]), or of every
+        id ([len(ids), n_vocab]) with all_logits."""
+        arr = self.model._check_ids(ids)
+        n = len(arr)
+        if self.n_past + n > self.n_ctx:
+            raise ValueError(
+                f"context full: {self.n_past} tokens in the cache + {n} new > ctx_size {self.n_ctx}")
+        step = N_BATCH if not all_logits else self.model._all_logits_batch
+        outs = []
+        for start in range(0, n, step):
+            chunk = arr[start:start + step]
+            m = len(chunk)
+            g = self.model._graph(m, all_logits)
+            pos = np.arange(self.n_past, self.n_past + m, dtype=np.int32)
+            out_rows = None if all_logits else np.array([m - 1], dtype=np.int32)
+            self.cache.prepare(m)
+            logits = g.run(chunk, pos, out_rows, cache=self.cache)
+            self.tokens.extend(chunk.tolist())
+            outs.append(logits)
+        if all_logits:
+            return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=0)
+        return outs[-1][0]
+
+
+class Model:
+    """A GGUF model. `path` may also be a known short name (see llmrt.hub)."""
+
+    def __init__(self, path: Union[str, os.PathLike], n_threads: Optional[int] = None,
+                 ctx_size: int = 4096, kv_dtype: str = "f16"):
+        from llmrt import hub
+        from llmrt.tokenizer import Tokenizer
+
+        path = hub.resolve_model(path)
+        self.path = str(path)
+        self.gguf = GGUFFile(self.path)
+        self.metadata = self.gguf.metadata
+        self.arch = self.gguf.architecture
+        self.family = get_family(self.arch, where=self.path)
+        self.hparams = self.family.HParams.from_gguf(self.gguf)
+        self._check_tensors()
+        self.tokenizer = Tokenizer.from_gguf(self.metadata)
+        self.n_vocab = self.hparams.n_vocab
+        if kv_dtype not in ("f16", "f32"):
+            raise ValueError(f"kv_dtype must be 'f16' or 'f32', got {kv_dtype!r}")
+        self.kv_dtype = kv_dtype
+        if ctx_size is None or int(ctx_size) < 1:
+            raise ValueError(f"ctx_size must be >= 1, got {ctx_size}")
+        self.n_ctx = int(ctx_size)
+        if self.n_ctx > self.hparams.n_ctx_train:
+            log.warning("ctx_size %d exceeds the model's training context %d",
+                        self.n_ctx, self.hparams.n_ctx_train)
+        self.n_threads = int(n_threads) if n_threads else physical_core_count()
+        if self.n_threads < 1:
+            raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+        self._graphs = {}
+        self._all_logits_batch = max(1, min(N_BATCH, ALL_LOGITS_BATCH_BYTES // (4 * self.n_vocab)))
+        log.info("llmrt: %s: arch %s, %d layers, n_embd %d, vocab %d; ISA %s, %d threads, kv cache %s",
+                 os.path.basename(self.path), self.arch, self.hparams.n_layer, self.hparams.n_embd,
+                 self.n_vocab, _core.isa_current(), self.n_threads, self.kv_dtype)
+
+    @classmethod
+    def from_pretrained(cls, path, **kwargs) -> "Model":
+        return cls(path, **kwargs)
+
+    # ---- loading checks --------------------------------------------------------------------
+
+    def _check_tensors(self):
+        hp, f = self.hparams, self.gguf
+        expect = {
+            "token_embd.weight": (hp.n_embd, hp.n_vocab),
+            "output.weight": (hp.n_embd, hp.n_vocab),
+            "output_norm.weight": (hp.n_embd,),
+        }
+        q_out, k_out, v_out = hp.n_head * hp.head_dim_k, hp.n_head_kv * hp.head_dim_k, hp.n_head_kv * hp.head_dim_v
+        per_layer = {
+            "attn_norm.weight": (hp.n_embd,), "ffn_norm.weight": (hp.n_embd,),
+            "attn_q.weight": (hp.n_embd, q_out), "attn_k.weight": (hp.n_embd, k_out),
+            "attn_v.weight": (hp.n_embd, v_out), "attn_output.weight": (hp.n_head * hp.head_dim_v, hp.n_embd),
+            "attn_q.bias": (q_out,), "attn_k.bias": (k_out,), "attn_v.bias": (v_out,),
+            "attn_q_norm.weight": (hp.head_dim_k,), "attn_k_norm.weight": (hp.head_dim_k,),
+            "post_attention_norm.weight": (hp.n_embd,), "post_ffw_norm.weight": (hp.n_embd,),
+            "ffn_gate.weight": (hp.n_embd, hp.n_ff), "ffn_up.weight": (hp.n_embd, hp.n_ff),
+            "ffn_down.weight": (hp.n_ff, hp.n_embd),
+        }
+        for name in self.family.required_tensors(hp):
+            t = f.tensors.get(name)
+            if t is None:
+                raise ModelFormatError(f"{self.path}: missing tensor {name} (architecture {self.arch})")
+            want = expect.get(name) or per_layer.get(name.split(".", 2)[-1])
+            if want is not None and tuple(t.shape) != want:
+                raise ModelFormatError(
+                    f"{self.path}: tensor {name} has shape {tuple(t.shape)}, expected {want}")
+
+    def _check_ids(self, ids) -> np.ndarray:
+        arr = np.asarray(_as_id_list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64).ravel()
+        if arr.size == 0:
+            raise ValueError("no tokens to evaluate")
+        if arr.min() < 0 or arr.max() >= self.n_vocab:
+            bad = int(arr[(arr < 0) | (arr >= self.n_vocab)][0])
+            raise ValueError(f"token id {bad} is out of range for a vocabulary of {self.n_vocab}")
+        return arr.astype(np.int32)
+
+    # ---- graphs ----------------------------------------------------------------------------
+
+    def _graph(self, n: int, all_logits: bool):
+        cap = next((b for b in BATCH_BUCKETS if b >= n), N_BATCH)
+        key = (cap, all_logits)
+        g = self._graphs.get(key)
+        if g is None:
+            g = _core.Graph(cap, self.n_threads)
+            self.family.build_graph(g, self.hparams, _Weights(g, self.gguf), None, all_logits)
+            g.build()
+            self._graphs[key] = g
+            log.debug("built graph for batch <= %d (all_logits=%s): %d nodes, arena %.1f MiB",
+                      cap, all_logits, g.n_nodes, g.arena_bytes / 2**20)
+        return g
+
+    # ---- running ---------------------------------------------------------------------------
+
+    def new_session(self, ctx_size: Optional[int] = None) -> Session:
+        return Session(self, ctx_size)
+
+    def __call__(self, ids) -> np.ndarray:
+        """Teacher-forced logits of every position, from an empty cache: [len(ids), n_vocab]."""
+        arr = self._check_ids(ids)
+        sess = Session(self, ctx_size=max(len(arr), 1))
+        return sess.eval(arr, all_logits=True)
+
+    def generate(self, ids_or_prompt, streamer=None, max_new_tokens: int = 128, *,
+                 temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                 repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: Optional[int] = None,
+                 stop: Optional[Iterable[str]] = None, ignore_eos: bool = False,
+                 ctx_size: Optional[int] = None, do_sample: Optional[bool] = None) -> List[int]:
+        """Generate after a prompt (ids, or text encoded with the model's tokenizer). Returns the
+        prompt ids followed by the new ids (Hugging Face convention). temperature=0 is greedy."""
+        from llmrt.generation import generate
+
+        if isinstance(ids_or_prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this model has no tokenizer: pass token ids")
+            prompt_ids = self.tokenizer.encode(ids_or_prompt, add_special=True)
+        else:
+            prompt_ids = _as_id_list(ids_or_prompt)
+        if do_sample is False:
+            temperature = 0.0
+        sess = self.new_session(ctx_size)
+        return generate(sess, prompt_ids, self.tokenizer, streamer=streamer, max_new_tokens=max_new_tokens,
+                        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
+                        stop=list(stop or []), ignore_eos=ignore_eos)

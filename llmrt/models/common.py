@@ -1,0 +1,94 @@
+"""Hyperparameter reading shared by the families (GGUF key conventions of llama.cpp)."""
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmrt.errors import ModelFormatError
+
+ROPE_NORM = 0   # pairs (2i, 2i+1): the llama family
+ROPE_NEOX = 2   # pairs (i, i + n_rot/2): Qwen, Gemma, ...
+
+
+def _scalar(v, key, where):
+    """A per-model scalar that some files store as a per-layer array (all equal)."""
+    if isinstance(v, (list, tuple, np.ndarray)):
+        vals = list(np.asarray(v).ravel())
+        if not vals:
+            raise ModelFormatError(f"{where}: key {key} is an empty array")
+        if any(x != vals[0] for x in vals):
+            raise ModelFormatError(f"{where}: key {key} varies per layer, which llmrt does not support")
+        return vals[0]
+    return v
+
+
+class KeyReader:
+    """Reads `{arch}.*` keys with clear errors for missing or malformed ones."""
+
+    def __init__(self, f):
+        self.f = f
+        self.arch = f.architecture
+        self.where = str(f.path)
+
+    def get(self, suffix, default=None, required=False, kind=float):
+        key = f"{self.arch}.{suffix}"
+        v = self.f.get(key)
+        if v is None:
+            if required:
+                raise ModelFormatError(f"{self.where}: missing required key {key}")
+            return default
+        v = _scalar(v, key, self.where)
+        try:
+            out = kind(v)
+        except (TypeError, ValueError):
+            raise ModelFormatError(f"{self.where}: key {key} has a bad value {v!r}") from None
+        if kind is int and out < 0:
+            raise ModelFormatError(f"{self.where}: key {key} is negative ({out})")
+        if kind is float and not math.isfinite(out):
+            raise ModelFormatError(f"{self.where}: key {key} is not finite ({out})")
+        return out
+
+
+@dataclass
+class RopeParams:
+    """What ggml_rope_ext needs, as llama.cpp derives it from the GGUF keys."""
+    n_rot: int
+    mode: int
+    freq_base: float = 10000.0
+    freq_scale: float = 1.0
+    ext_factor: float = 0.0
+    attn_factor: float = 1.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    n_ctx_orig: int = 0
+
+    def kwargs(self, freq_base=None, freq_scale=None):
+        return dict(freq_base=self.freq_base if freq_base is None else freq_base,
+                    freq_scale=self.freq_scale if freq_scale is None else freq_scale,
+                    ext_factor=self.ext_factor, attn_factor=self.attn_factor,
+                    beta_fast=self.beta_fast, beta_slow=self.beta_slow,
+                    n_ctx_orig=self.n_ctx_orig)
+
+
+def read_rope(r: KeyReader, n_rot: int, mode: int, n_ctx_train: int) -> RopeParams:
+    """RoPE frequency base and scaling as llama.cpp reads them (rope.scaling.type: none, linear,
+    yarn; llama3-style scaling comes as a rope_freqs tensor and is handled by the family)."""
+    rp = RopeParams(n_rot=n_rot, mode=mode)
+    rp.freq_base = r.get("rope.freq_base", 10000.0)
+    # llama.cpp: rope.scaling.factor (older files: rope.scale_linear); freq_scale = 1/factor;
+    # a missing scaling type means linear.
+    factor = r.get("rope.scaling.factor", 0.0) or r.get("rope.scale_linear", 0.0)
+    rp.freq_scale = 1.0 / factor if factor > 0 else 1.0
+    rp.n_ctx_orig = r.get("rope.scaling.original_context_length", 0, kind=int) or n_ctx_train
+    rtype = r.f.get(f"{r.arch}.rope.scaling.type", "linear")
+    if rtype in ("none", "linear"):
+        pass
+    elif rtype == "yarn":
+        rp.ext_factor = 1.0
+        rp.attn_factor = r.get("rope.scaling.yarn_attn_factor", 1.0)
+        rp.beta_fast = r.get("rope.scaling.yarn_beta_fast", 32.0)
+        rp.beta_slow = r.get("rope.scaling.yarn_beta_slow", 1.0)
+    else:
+        raise ModelFormatError(f"{r.where}: unsupported rope scaling type {rtype!r} "
+                               f"(llmrt supports none, linear, yarn)")
+    return rp

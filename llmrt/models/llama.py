@@ -1,0 +1,147 @@
+"""Llama family: Llama 2/3, TinyLlama, SmolLM, Mistral (general.architecture = "llama").
+
+    tokens ─► token_embd ─► x
+    for each layer:
+        h = rms_norm(x) * attn_norm
+        q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)      # [head_dim, n_head(_kv), n]
+        (q, k = rms_norm per head * q_norm / k_norm)       # Qwen 3
+        q, k = rope(q, pos), rope(k, pos)                  # pairs (2i, 2i+1) for llama
+        x = x + Wo attention(q, k, v; cache)               # causal, grouped-query heads
+        h = rms_norm(x) * ffn_norm
+        x = x + W_down (silu(W_gate h) * W_up h)
+    logits = output(rms_norm(x) * output_norm)              # output tied to token_embd if absent
+
+Qwen 2 and Qwen 3 reuse this file with their own options (qwen2.py, qwen3.py).
+Note on Q/K: llama.cpp's converter permutes Wq/Wk rows of Hugging Face Llama checkpoints into the
+interleaved-pair layout, so rope mode NORM here matches HF's rotate-half on the original weights.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from llmrt.errors import ModelFormatError
+from llmrt.models.common import ROPE_NEOX, ROPE_NORM, KeyReader, RopeParams, read_rope
+
+can_shift = True  # RoPE only on Q/K: cached keys can be re-rotated
+
+
+@dataclass
+class HParams:
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    norm_eps: float
+    rope: RopeParams
+    attn_scale: float
+    qk_norm: bool = False
+    qkv_bias: bool = False
+    n_swa: int = 0
+    tied_output: bool = False
+
+    rope_mode = ROPE_NORM
+
+    @classmethod
+    def from_gguf(cls, f, rope_mode=ROPE_NORM, qk_norm=False, qkv_bias=False):
+        r = KeyReader(f)
+        n_embd = r.get("embedding_length", required=True, kind=int)
+        n_layer = r.get("block_count", required=True, kind=int)
+        n_head = r.get("attention.head_count", required=True, kind=int)
+        if n_embd <= 0 or n_layer <= 0 or n_head <= 0:
+            raise ModelFormatError(f"{r.where}: embedding_length, block_count and head_count must be > 0")
+        n_head_kv = r.get("attention.head_count_kv", n_head, kind=int)
+        if n_head_kv <= 0 or n_head % n_head_kv != 0:
+            raise ModelFormatError(
+                f"{r.where}: head_count ({n_head}) must be a multiple of head_count_kv ({n_head_kv})")
+        hd_k = r.get("attention.key_length", n_embd // n_head, kind=int)
+        hd_v = r.get("attention.value_length", hd_k, kind=int)
+        n_rot = r.get("rope.dimension_count", hd_k, kind=int)
+        if n_rot > hd_k or n_rot % 2:
+            raise ModelFormatError(f"{r.where}: rope.dimension_count ({n_rot}) must be even and <= head dim ({hd_k})")
+        n_ctx_train = r.get("context_length", 4096, kind=int)
+        tok = f.get("tokenizer.ggml.tokens")
+        n_vocab = r.get("vocab_size", len(tok) if tok is not None else 0, kind=int)
+        if n_vocab <= 0:
+            emb = f.tensors.get("token_embd.weight")
+            n_vocab = emb.shape[1] if emb is not None else 0
+        return cls(
+            n_vocab=n_vocab, n_ctx_train=n_ctx_train, n_embd=n_embd, n_layer=n_layer,
+            n_ff=r.get("feed_forward_length", 0, kind=int), n_head=n_head, n_head_kv=n_head_kv,
+            head_dim_k=hd_k, head_dim_v=hd_v,
+            norm_eps=r.get("attention.layer_norm_rms_epsilon", 1e-5),
+            rope=read_rope(r, n_rot, rope_mode, n_ctx_train),
+            attn_scale=1.0 / math.sqrt(hd_k),
+            qk_norm=qk_norm, qkv_bias=qkv_bias,
+            tied_output="output.weight" not in f.tensors,
+        )
+
+    def kv_shapes(self):
+        """Per layer (n_head_kv, head_dim_k, head_dim_v) of the KV cache."""
+        return [(self.n_head_kv, self.head_dim_k, self.head_dim_v)] * self.n_layer
+
+    def rope_for_layer(self, il):
+        return self.rope
+
+
+def required_tensors(hp):
+    names = ["token_embd.weight", "output_norm.weight"]
+    if not hp.tied_output:
+        names.append("output.weight")
+    for il in range(hp.n_layer):
+        b = f"blk.{il}."
+        names += [b + n for n in ("attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                                  "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+                                  "ffn_up.weight", "ffn_down.weight")]
+        if hp.qkv_bias:
+            names += [b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"]
+        if hp.qk_norm:
+            names += [b + "attn_q_norm.weight", b + "attn_k_norm.weight"]
+    return names
+
+
+def _linear(g, w, name, x):
+    y = g.mul_mat(w(name + ".weight"), x)
+    if w.has(name + ".bias"):
+        y = g.add(y, w(name + ".bias"))
+    return y
+
+
+def build_graph(g, hp: HParams, w, cache, all_logits: bool):
+    """Build the forward pass on graph `g`; output: logits [n_vocab, n] or [n_vocab, 1]."""
+    tok = g.input_tokens()                                       # [n]
+    pos = g.input_positions()                                    # [n]
+    x = g.get_rows(w("token_embd.weight"), tok)                  # [n_embd, n]
+    freq_factors = w("rope_freqs.weight") if w.has("rope_freqs.weight") else None
+
+    for il in range(hp.n_layer):
+        b = f"blk.{il}."
+        h = g.mul(g.rms_norm(x, hp.norm_eps), w(b + "attn_norm.weight"))
+        q = _linear(g, w, b + "attn_q", h)                       # [hd * n_head, n]
+        k = _linear(g, w, b + "attn_k", h)                       # [hd * n_head_kv, n]
+        v = _linear(g, w, b + "attn_v", h)
+        q = g.reshape(q, (hp.head_dim_k, hp.n_head))             # [hd, n_head, n]
+        k = g.reshape(k, (hp.head_dim_k, hp.n_head_kv))
+        v = g.reshape(v, (hp.head_dim_v, hp.n_head_kv))
+        if hp.qk_norm:
+            q = g.mul(g.rms_norm(q, hp.norm_eps), w(b + "attn_q_norm.weight"))
+            k = g.mul(g.rms_norm(k, hp.norm_eps), w(b + "attn_k_norm.weight"))
+        rp = hp.rope_for_layer(il)
+        q = g.rope(q, pos, rp.n_rot, rp.mode, freq_factors=freq_factors, **rp.kwargs())
+        k = g.rope(k, pos, rp.n_rot, rp.mode, freq_factors=freq_factors, **rp.kwargs())
+        a = g.attention(q, k, v, cache, il, hp.attn_scale, n_swa=hp.n_swa)   # [hd_v * n_head, n]
+        x = g.add(x, g.mul_mat(w(b + "attn_output.weight"), a))
+
+        h = g.mul(g.rms_norm(x, hp.norm_eps), w(b + "ffn_norm.weight"))
+        f = g.glu(g.mul_mat(w(b + "ffn_gate.weight"), h), g.mul_mat(w(b + "ffn_up.weight"), h), "silu")
+        x = g.add(x, g.mul_mat(w(b + "ffn_down.weight"), f))
+
+    if not all_logits:
+        x = g.get_rows_f32(x, g.input_out_rows(1))              # [n_embd, 1]: last token only
+    x = g.mul(g.rms_norm(x, hp.norm_eps), w("output_norm.weight"))
+    out = w("token_embd.weight") if hp.tied_output else w("output.weight")
+    g.set_output(g.mul_mat(out, x))                              # [n_vocab, n_out]

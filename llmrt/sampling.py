@@ -1,0 +1,184 @@
+"""Token sampling: llama.cpp's default sampler chain, vectorized with numpy.
+
+    s = Sampler(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=42)
+    tok = s.sample(logits, prev_ids)          # logits: [n_vocab] float32, prev_ids: ids so far
+
+The chain runs in llama.cpp's order (common/sampling.cpp, src/llama-sampler.cpp):
+
+    penalties -> top_k -> top_p -> min_p -> temperature -> dist
+
+- penalties: every id among the last `repeat_last_n` of `prev_ids` (-1: all of them, 0: off)
+  gets its logit divided by `repeat_penalty` if it is positive, multiplied if it is <= 0;
+  then `count * frequency_penalty + presence_penalty` is subtracted (OpenAI-style, off by
+  default).
+- top_k: keep the k largest logits (k <= 0: keep all). argpartition, O(n_vocab).
+- top_p: softmax over the candidates, sort descending, keep the shortest prefix whose cumulative
+  probability reaches p (the token that crosses p is kept). p >= 1: off.
+- min_p: keep candidates with p_i >= min_p * p_max, i.e. logit >= max_logit + log(min_p).
+  min_p <= 0: off.
+- temperature: logits / T. T <= 0 is greedy: the argmax of the penalized logits (top_k, top_p
+  and min_p always keep the argmax, so they cannot change it).
+- dist: softmax over what is left and one draw from a seeded numpy Generator.
+
+After top_k only k candidates are left, so everything past it works on a small array. Without
+top_k, min_p's mask runs before top_p's sort (same result: both keep a most-probable prefix), and
+top_p sorts the 256 most probable tokens first (as llama.cpp does), more only when needed. Draws are reproducible for a given seed within llmrt; they do not reproduce
+llama.cpp's std::mt19937 stream.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+_TOP_P_FAST = 256     # top_p without top_k: look at this many most probable tokens first
+_TOP_P_FAST_MIN = 1024   # ... when there are more candidates than this
+
+
+class Sampler:
+    """llama.cpp-style sampler chain. `seed=None` (or a negative seed) draws from OS entropy."""
+
+    def __init__(self, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
+                 min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 seed: int | None = None, frequency_penalty: float = 0.0,
+                 presence_penalty: float = 0.0):
+        if repeat_penalty <= 0:
+            raise ValueError(f"[Sampler] repeat_penalty must be > 0, got {repeat_penalty}")
+        if repeat_last_n < -1:
+            raise ValueError(f"[Sampler] repeat_last_n must be >= -1, got {repeat_last_n}")
+        for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
+            if v != v:
+                raise ValueError(f"[Sampler] {name} must be a number, got NaN")
+        self.temperature = float(temperature)
+        self.top_k = int(top_k)
+        self.top_p = float(top_p)
+        self.min_p = float(min_p)
+        self.repeat_penalty = float(repeat_penalty)
+        self.repeat_last_n = int(repeat_last_n)
+        self.frequency_penalty = float(frequency_penalty)
+        self.presence_penalty = float(presence_penalty)
+        self.seed = seed
+        self.rng = np.random.default_rng(None if seed is None or seed < 0 else seed)
+
+    def __repr__(self):
+        return (f"Sampler(temperature={self.temperature}, top_k={self.top_k}, "
+                f"top_p={self.top_p}, min_p={self.min_p}, repeat_penalty={self.repeat_penalty}, "
+                f"repeat_last_n={self.repeat_last_n}, seed={self.seed})")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    # ---- chain steps (each usable alone; tests check them against plain references) --------
+
+    def apply_penalties(self, logits: np.ndarray, prev_ids: Sequence[int]) -> np.ndarray:
+        """logits: [n_vocab]. Returns `logits` itself when nothing applies, else a copy."""
+        n = self.repeat_last_n
+        if (n == 0 or len(prev_ids) == 0 or (self.repeat_penalty == 1.0
+                and self.frequency_penalty == 0.0 and self.presence_penalty == 0.0)):
+            return logits
+        last = prev_ids if n < 0 else prev_ids[-n:]          # O(n), not O(len(prev_ids))
+        last = np.asarray(last, dtype=np.int64)
+        last = last[(last >= 0) & (last < logits.shape[0])]
+        if last.size == 0:
+            return logits
+        ids, counts = np.unique(last, return_counts=True)    # ids: [u], counts: [u]
+        out = logits.copy()
+        v = out[ids]
+        v = np.where(v <= 0, v * self.repeat_penalty, v / self.repeat_penalty)
+        v = v - counts * self.frequency_penalty - self.presence_penalty
+        out[ids] = v
+        return out
+
+    def sample(self, logits, prev_ids: Sequence[int] = ()) -> int:
+        """One token id from `logits` ([n_vocab]) given the ids seen so far (prompt + output)."""
+        x = np.asarray(logits, dtype=np.float32)
+        if x.ndim != 1 or x.shape[0] == 0:
+            raise ValueError(f"[Sampler.sample] logits must be 1-D and non-empty, got shape "
+                             f"{x.shape}")
+        x = self.apply_penalties(x, prev_ids)
+        if self.greedy:
+            return int(np.argmax(x))
+        ids, lg = top_k_filter(x, self.top_k)          # ids: [m] int64, lg: [m] float32
+        ids, lg = top_p_min_p_filter(ids, lg, self.top_p, self.min_p)
+        if ids.shape[0] == 1:
+            return int(ids[0])
+        p = softmax(lg / np.float32(self.temperature))
+        # one draw: first index whose cumulative probability exceeds u * total
+        c = np.cumsum(p, dtype=np.float64)
+        i = int(np.searchsorted(c, self.rng.random() * c[-1], side="right"))
+        return int(ids[min(i, ids.shape[0] - 1)])
+
+
+# ---- the filters, on (ids, logits) candidate arrays --------------------------------------------
+
+def softmax(lg: np.ndarray) -> np.ndarray:
+    """Probabilities of logits `lg` ([m]), max-subtracted, float64."""
+    z = lg.astype(np.float64) - np.max(lg)
+    e = np.exp(z)
+    return e / e.sum()
+
+
+def top_k_filter(x: np.ndarray, k: int):
+    """x: [n] logits of the whole vocabulary -> (ids, logits) of the k largest, in no order."""
+    n = x.shape[0]
+    if k <= 0 or k >= n:
+        return np.arange(n, dtype=np.int64), x
+    ids = np.argpartition(x, n - k)[n - k:].astype(np.int64)
+    return ids, x[ids]
+
+
+def _top_p_cut(e: np.ndarray, z: float, top_p: float) -> np.ndarray:
+    """Indices into `e` (unnormalized probabilities; z: their normalizer, which may include
+    candidates not in e) of the shortest most-probable prefix whose probability reaches top_p,
+    most probable first; all of e when it never does. Sorts only as much as needed: the 256
+    largest first (llama.cpp's choice), then 8x more, then everything."""
+    n = e.shape[0]
+    m = _TOP_P_FAST if n > _TOP_P_FAST_MIN else n
+    while True:
+        if m < n:
+            sel = np.argpartition(e, n - m)[n - m:]
+            sel = sel[np.argsort(-e[sel])]
+        else:
+            sel = np.argsort(-e)
+        c = np.cumsum(e[sel], dtype=np.float64) / z
+        if c[-1] >= top_p or m >= n:
+            last = int(np.searchsorted(c, top_p, side="left")) + 1  # first c[i] >= top_p: kept
+            return sel[:min(last, m)]
+        m = min(n, m * 8)
+
+
+def top_p_filter(ids: np.ndarray, lg: np.ndarray, top_p: float):
+    """Keep the shortest most-probable prefix whose cumulative probability is >= top_p
+    (most probable first; unchanged when top_p >= 1)."""
+    if top_p >= 1.0 or ids.shape[0] <= 1:
+        return ids, lg
+    e = np.exp(lg - np.max(lg))
+    sel = _top_p_cut(e, float(e.sum(dtype=np.float64)), top_p)
+    return ids[sel], lg[sel]
+
+
+def min_p_filter(ids: np.ndarray, lg: np.ndarray, min_p: float):
+    """Keep candidates whose probability is at least min_p times the largest one."""
+    if min_p <= 0.0 or ids.shape[0] <= 1:
+        return ids, lg
+    keep = lg >= np.max(lg) + np.float32(np.log(min_p))
+    return ids[keep], lg[keep]
+
+
+def top_p_min_p_filter(ids: np.ndarray, lg: np.ndarray, top_p: float, min_p: float):
+    """top_p then min_p, computed the cheap way: both keep a most-probable prefix, so the result
+    is the shorter prefix. min_p's mask is applied first (O(m), usually leaves a few tokens),
+    and top_p then sorts only those, with probabilities still normalized over all of `lg`."""
+    if ids.shape[0] <= 1:
+        return ids, lg
+    if top_p >= 1.0:
+        return min_p_filter(ids, lg, min_p)
+    mx = np.max(lg)
+    e = np.exp(lg - mx)
+    z = float(e.sum(dtype=np.float64))
+    if min_p > 0.0:
+        keep = lg >= mx + np.float32(np.log(min_p))
+        ids, lg, e = ids[keep], lg[keep], e[keep]
+    sel = _top_p_cut(e, z, top_p)
+    return ids[sel], lg[sel]
