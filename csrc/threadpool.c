@@ -5,6 +5,7 @@
  * fn(arg, ith, nth) and reports back; the caller runs ith = 0 itself and waits for the others.
  * The barrier used between graph nodes is a sense-counting spin barrier on two atomics that
  * falls back to sched_yield(), so it behaves when there are fewer free cores than threads.
+ * In a child process after fork() the workers do not exist; runs there use the caller alone.
  */
 #include "llmrt/threadpool.h"
 
@@ -12,6 +13,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -28,6 +30,8 @@ typedef struct {
 
 struct llmrt_threadpool {
     int n_threads;
+    int n_active;               /* threads taking part in the current run */
+    pid_t pid;                  /* the process that started the workers */
     worker *workers;            /* [n_threads - 1], thread ith = index + 1 */
     int n_started;              /* workers actually created */
 
@@ -61,10 +65,10 @@ static void *worker_main(void *p) {
         void *arg = tp->arg;
         pthread_mutex_unlock(&tp->mutex);
 
-        fn(arg, w->ith, tp->n_threads);
+        fn(arg, w->ith, tp->n_active);
 
         pthread_mutex_lock(&tp->mutex);
-        if (++tp->n_done == tp->n_threads - 1) pthread_cond_signal(&tp->cond_done);
+        if (++tp->n_done == tp->n_active - 1) pthread_cond_signal(&tp->cond_done);
         pthread_mutex_unlock(&tp->mutex);
     }
     return NULL;
@@ -75,6 +79,8 @@ llmrt_threadpool *llmrt_threadpool_new(int n_threads) {
     llmrt_threadpool *tp = (llmrt_threadpool *)calloc(1, sizeof(*tp));
     if (tp == NULL) return NULL;
     tp->n_threads = n_threads;
+    tp->n_active = n_threads;
+    tp->pid = getpid();
     pthread_mutex_init(&tp->run_lock, NULL);
     pthread_mutex_init(&tp->mutex, NULL);
     pthread_cond_init(&tp->cond_start, NULL);
@@ -121,7 +127,10 @@ int llmrt_threadpool_n_threads(const llmrt_threadpool *tp) {
 
 void llmrt_threadpool_run(llmrt_threadpool *tp, llmrt_task_fn fn, void *arg) {
     pthread_mutex_lock(&tp->run_lock);
-    if (tp->n_threads > 1) {
+    /* After fork() only the calling thread exists in the child: run everything on it. */
+    const int nth = getpid() == tp->pid ? tp->n_threads : 1;
+    tp->n_active = nth;
+    if (nth > 1) {
         pthread_mutex_lock(&tp->mutex);
         tp->fn = fn;
         tp->arg = arg;
@@ -130,17 +139,17 @@ void llmrt_threadpool_run(llmrt_threadpool *tp, llmrt_task_fn fn, void *arg) {
         pthread_cond_broadcast(&tp->cond_start);
         pthread_mutex_unlock(&tp->mutex);
     }
-    fn(arg, 0, tp->n_threads);
-    if (tp->n_threads > 1) {
+    fn(arg, 0, nth);
+    if (nth > 1) {
         pthread_mutex_lock(&tp->mutex);
-        while (tp->n_done < tp->n_threads - 1) pthread_cond_wait(&tp->cond_done, &tp->mutex);
+        while (tp->n_done < nth - 1) pthread_cond_wait(&tp->cond_done, &tp->mutex);
         pthread_mutex_unlock(&tp->mutex);
     }
     pthread_mutex_unlock(&tp->run_lock);
 }
 
 void llmrt_threadpool_barrier(llmrt_threadpool *tp) {
-    const int nth = tp->n_threads;
+    const int nth = tp->n_active;
     if (nth == 1) return;
     /* Read the generation before arriving: the last arrival bumps it, releasing the others. */
     const unsigned gen = atomic_load(&tp->barrier_gen);

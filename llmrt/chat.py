@@ -222,6 +222,8 @@ class ChatSession:
     def __init__(self, model, system: str | None = None, template=None, *, session=None,
                  ctx_size: int | None = None, max_new_tokens: int = -1,
                  stop: Sequence[str] = (), **sampling):
+        if getattr(model, "tokenizer", None) is None:
+            raise ValueError("[chat] this model has no tokenizer (GGUF without a vocabulary)")
         self.model = model
         self.tokenizer = model.tokenizer
         self.template = (template if isinstance(template, ChatTemplate)
@@ -276,8 +278,10 @@ class ChatSession:
         the interrupt is re-raised."""
         msgs = self.messages + [{"role": "user", "content": user_text}]
         ids = encode_chat(self.tokenizer, self.template.render(msgs, add_generation_prompt=True))
-        self._hist = None                 # unknown until this turn completes
-        logits, fed = self._feed(ids)
+        try:
+            logits, fed = self._feed(ids)
+        finally:
+            self._hist = None             # unknown until this turn completes
         if streamer is not None:
             streamer.put(np.asarray(fed, dtype=np.int64))
         res = self.last_result = GenerationResult()

@@ -154,7 +154,10 @@ def _load_model(name, threads, ctx_size):
     except RuntimeError as e:          # download failed: the message says what to run by hand
         raise ValueError(str(e)) from None
     _log(f"model: {path}")
-    model = Model(path, n_threads=threads, ctx_size=ctx_size)
+    kw = {"n_threads": threads} if threads else {}
+    if ctx_size:
+        kw["ctx_size"] = ctx_size
+    model = Model(path, **kw)
     arch = (getattr(model, "metadata", None) or {}).get("general.architecture", "?")
     _log(f"loaded: arch {arch}, n_vocab {model.n_vocab}, n_ctx {model.n_ctx}"
          + (f", threads {threads}" if threads else ""))
@@ -169,7 +172,7 @@ def _read_turns(interactive: bool):
             yield line.rstrip("\r\n")
         return
     try:
-        import readline  # noqa: F401  (line editing and history for input())
+        import readline  # noqa: F401 -- importing it gives input() line editing and history
     except ImportError:
         pass
     while True:
@@ -222,6 +225,10 @@ def chat(model, system, n_predict, chat_template, threads, ctx_size, **sampling)
             cs.send(line, streamer=streamer)
         except KeyboardInterrupt:
             _log("answer interrupted")
+        except ValueError as e:        # e.g. context full: on a terminal the session goes on
+            if not interactive:
+                raise
+            _log(f"error: {e} (/reset starts over)")
 
 
 @main.command()

@@ -23,8 +23,9 @@ before the earliest match is released and generation ends; the ids that make up 
 never put. Otherwise everything except the longest suffix that is a proper prefix of some stop
 string is released. Ids are put whole, in order, so the streamer decodes exactly the released
 text; an id that ends inside a UTF-8 character (a byte token, say) goes out together with the
-id that completes the character, so the streamer never holds half a character when we stop. A stop string that starts inside a token leaves the text before it
-without whole ids: it goes to `streamer.put_text` (llmrt streamers; see streamers.py).
+id that completes the character, so the streamer never holds half a character when we stop.
+A stop string that starts inside a token leaves the text before it without whole ids: it goes
+to `streamer.put_text` (llmrt streamers; see streamers.py).
 
 End-of-generation ids (tokenizer.eog_ids) stop generation unless `ignore_eos`; they are returned
 (HF keeps the eos in the output ids) but never streamed or counted as text.

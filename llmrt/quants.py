@@ -2,9 +2,12 @@
 
 Same shape conventions as ``gguf.quants``: the last axis is bytes on the quantized side and
 elements on the float side (``n_bytes = n_elements / block_size * type_size``); leading axes are
-kept. Quantization uses llama.cpp's reference rounding (``quantize_row_*_ref``), so the bytes equal
-what llama.cpp (and ``gguf.quants.quantize``) produce.
+kept. Quantization uses llama.cpp's reference rounding (``quantize_row_*_ref``): the bytes equal
+``gguf.quants.quantize`` for F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0; Q8_1, Q8_K and IQ4_NL
+follow the ggml reference code; Q2_K..Q6_K follow ggml's reference (no importance matrix),
+evaluated without fused multiply-adds. IQ4_XS can be dequantized but not quantized.
 
+    >>> import numpy as np
     >>> from llmrt import quants
     >>> raw = quants.quantize(np.ones((4, 64), np.float32), "Q8_0")      # (4, 68) uint8
     >>> quants.dequantize(raw, "q8_0").shape

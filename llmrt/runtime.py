@@ -5,11 +5,10 @@ kernel table for the highest level that the CPU has and ``LLMRT_ISA`` allows
 (``generic|avx2|avx512|avx512_vnni|amx``). Asking for more than the CPU has, or for an unknown
 level, logs a warning on the ``llmrt`` logger and uses what the CPU can do.
 
-    >>> import llmrt.runtime as rt
-    >>> rt.isa(), rt.available_isas()
-    ('avx2', ['generic', 'avx2'])
-    >>> rt.set_isa("generic"); rt.kernel_names()["dequant_row"]["Q4_0"]
-    'dequant_row_q4_0_generic'
+    import llmrt.runtime as rt
+    rt.isa(), rt.available_isas()         # ('avx2', ['generic', 'avx2']) on an AVX2 machine
+    rt.set_isa("generic")                 # every kernel falls back to portable C
+    rt.kernel_names()["dequant_row"]["Q4_0"]   # 'dequant_row_q4_0_generic'
 """
 from __future__ import annotations
 

@@ -22,8 +22,9 @@ The chain runs in llama.cpp's order (common/sampling.cpp, src/llama-sampler.cpp)
 
 After top_k only k candidates are left, so everything past it works on a small array. Without
 top_k, min_p's mask runs before top_p's sort (same result: both keep a most-probable prefix), and
-top_p sorts the 256 most probable tokens first (as llama.cpp does), more only when needed. Draws are reproducible for a given seed within llmrt; they do not reproduce
-llama.cpp's std::mt19937 stream.
+top_p sorts the 256 most probable tokens first (as llama.cpp does), more only when needed.
+Draws are reproducible for a given seed within llmrt; they do not reproduce llama.cpp's
+std::mt19937 stream.
 """
 from __future__ import annotations
 

@@ -693,8 +693,12 @@ class Tokenizer:
 
     def decode_bytes(self, ids, skip_special: bool = False) -> bytes:
         """decode() before UTF-8 decoding: exactly the bytes llama_detokenize writes."""
+        return self.detokenize(ids, remove_special=skip_special, unparse_special=not skip_special)
+
+    def detokenize(self, ids, remove_special: bool, unparse_special: bool) -> bytes:
+        """llama_detokenize(ids, remove_special, unparse_special) with both flags free: bytes."""
         ids = [int(i) for i in ids]
-        remove_special, unparse = skip_special, not skip_special
+        unparse = unparse_special
         remove_space = self.add_space_prefix
         if remove_special and self.add_bos and ids and ids[0] == self.bos_id:
             remove_space = False

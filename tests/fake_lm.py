@@ -205,3 +205,14 @@ def real_tokenizer(name: str):
             md = dict(f.metadata)
         _TOKENIZERS[name] = (Tokenizer.from_gguf(md), md)
     return _TOKENIZERS[name]
+
+
+_MODELS: dict = {}
+
+
+def real_model(name: str):
+    """llmrt.model.Model of a known model (ctx 512), loaded once per process."""
+    if name not in _MODELS:
+        from llmrt.model import Model
+        _MODELS[name] = Model(real_model_path(name), ctx_size=512)
+    return _MODELS[name]

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from fake_lm import (BOS, EOS, IM_END, IM_START, FakeModel, FakeSession, FakeTokenizer,
-                     real_tokenizer)
+from fake_lm import BOS, IM_END, FakeModel, FakeSession, FakeTokenizer, real_tokenizer
 from llmrt.chat import (BUILTIN_TEMPLATES, ChatSession, ChatTemplate, builtin_template,
                         encode_chat, pick_template)
 
@@ -194,15 +193,17 @@ def test_bos_exactly_once_fake(add_bos, source):
 def test_bos_never_doubled_or_missing_real(name, template):
     tok, md = real_tokenizer(name)
     t = ChatTemplate.for_tokenizer(tok, md, template)
-    ids = encode_chat(tok, t.render(CONV))
-    n_bos = ids.count(tok.bos_id)
-    if tok.add_bos:                      # gemma: exactly one BOS, first
-        assert ids[0] == tok.bos_id and n_bos == 1
-    elif name == "smollm2-135m-instruct":
-        # SmolLM2's BOS is <|im_start|>: ChatML turns start with it, and nothing is added
-        assert tok.id_to_token(tok.bos_id) == "<|im_start|>"
-        assert ids[:1] == ([tok.bos_id] if t.render(CONV).startswith("<|im_start|>") else ids[:1])
-        assert ids == tok.encode(t.render(CONV), add_special=False, parse_special=True)
+    text = t.render(CONV)
+    ids = encode_chat(tok, text)
+    plain = tok.encode(text, add_special=False, parse_special=True)
+    if tok.add_bos:                      # gemma: exactly one BOS, first, whatever the template
+        assert ids[0] == tok.bos_id and ids.count(tok.bos_id) == 1
+        assert ids == (plain if text.startswith(t.bos_token) else [tok.bos_id] + plain)
+    else:
+        # SmolLM2: add_bos is false and its BOS is <|im_start|>, which ChatML turns start with:
+        # nothing is added, the turn markers are the only BOS ids
+        assert t.bos_token == "<|im_start|>"
+        assert ids == plain
 
 
 def test_smollm2_chat_ids():
@@ -283,7 +284,7 @@ def test_reset_clears_conversation_and_cache():
     assert cs.messages == [{"role": "system", "content": "S"}]
     assert m.sessions[0].tokens == [] and m.sessions[0].n_resets == 1
     cs.send("Hi")
-    assert m.sessions[0].calls[-len(m.reply_ids()) - 0] == _chatml(m.tokenizer, cs.messages[:2])
+    assert m.sessions[0].calls[-len(m.reply_ids()) - 1] == _chatml(m.tokenizer, cs.messages[:2])
 
 
 @pytest.mark.parametrize("truncate", [True, False])
@@ -294,7 +295,7 @@ def test_history_rewrite_re_evaluates_from_first_difference(truncate):
     cs.send("Hi")
     cs.messages[1]["content"] = "Ho"          # history changed behind the cache's back
     cs.send("Again")
-    conv = _chatml(m.tokenizer, cs.messages[:4])
+    conv = _chatml(m.tokenizer, cs.messages[:3])      # the second turn's prompt
     assert sess.tokens[:len(conv)] == conv
     if truncate:
         assert sess.n_resets == 0 and sess.calls[-len(m.reply_ids())][0] != conv[0]
@@ -313,7 +314,8 @@ def test_answer_re_tokenized_differently_is_handled():
     cs = ChatSession(m, temperature=0.0, session=sess)
     assert cs.send("Hi") == "Hello"
     cs.send("Again")
-    assert sess.tokens[:len(_chatml(tok, cs.messages[:4]))] == _chatml(tok, cs.messages[:4])
+    conv = _chatml(tok, cs.messages[:3])              # the second turn's prompt
+    assert sess.tokens[:len(conv)] == conv
 
 
 class ShiftSession(FakeSession):
@@ -330,6 +332,7 @@ class ShiftSession(FakeSession):
         self.all_fed += ids
         while len(self.tokens) + len(ids) > self.n_ctx:
             d = (len(self.tokens) - self.n_keep) // 2
+            assert d > 0, "batch larger than the cache"
             del self.tokens[self.n_keep:self.n_keep + d]
             self.n_shifts += 1
         self.calls.append(ids)
@@ -348,7 +351,7 @@ def test_context_shift_does_not_trigger_re_evaluation():
         assert cs.send(f"turn {i}") == "Hello world!"
     assert sess.n_shifts > 0 and sess.n_resets == 0
     # what was fed, in order, is exactly the conversation (nothing twice, nothing missing)
-    assert sess.all_fed == _chatml(m.tokenizer, cs.messages[:-1]) + m.reply_ids()[:-1]
+    assert sess.all_fed == _chatml(m.tokenizer, cs.messages[:-1]) + m.reply_ids()
 
 
 def test_keyboard_interrupt_keeps_partial_answer():
@@ -378,3 +381,38 @@ def test_max_new_tokens_per_answer():
     cs = ChatSession(m, temperature=0.0, max_new_tokens=2)
     assert cs.send("Hi") == "Hello world"
     assert cs.send("Hi", max_new_tokens=1) == "Hello"
+
+
+# ---- real models -----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_real_smollm2_chat_reuses_the_cache():
+    from fake_lm import real_model
+    m = real_model("smollm2-135m-instruct")
+    sess = m.new_session()
+    cs = ChatSession(m, temperature=0.0, max_new_tokens=12, session=sess)
+    fed = []
+    orig = sess.eval
+    sess.eval = lambda ids, **kw: (fed.append(list(ids)), orig(ids, **kw))[1]
+    a1 = cs.send("What is 2+2?")
+    k = len(fed)                               # eval calls of the first turn
+    a2 = cs.send("And 3+3?")
+    assert a1 and a2
+    prompt2 = encode_chat(m.tokenizer, cs.render(cs.messages[:3]))
+    # turn 2 evaluated a suffix of its prompt, not the whole conversation again
+    assert len(fed[k]) < len(prompt2) - len(fed[0])
+    assert prompt2[-len(fed[k]):] == fed[k]
+    assert sess.tokens[:len(prompt2)] == prompt2
+
+
+@pytest.mark.slow
+def test_real_gemma_chat_one_bos():
+    from fake_lm import real_model
+    m = real_model("gemma3-270m")
+    cs = ChatSession(m, temperature=0.0, max_new_tokens=6)
+    assert cs.template.name == "gemma"
+    cs.send("Hello")
+    toks = cs.session.tokens
+    assert toks[0] == m.tokenizer.bos_id and toks.count(m.tokenizer.bos_id) == 1
+    assert m.tokenizer.decode(toks).startswith("<bos><start_of_turn>user\nHello<end_of_turn>\n"
+                                               "<start_of_turn>model\n")

@@ -16,7 +16,7 @@ import random
 import numpy as np
 import pytest
 
-from llmrt.tokenizer import BYTE_TO_UNICODE, TT_BYTE, TT_CONTROL, TT_NORMAL, IncrementalDetokenizer, Tokenizer
+from llmrt.tokenizer import BYTE_TO_UNICODE, TT_NORMAL, IncrementalDetokenizer, Tokenizer
 from test_tokenizer import TEXTS, gemma, make_spm_md, smol  # noqa: F401  (fixtures)
 
 

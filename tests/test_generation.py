@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fake_lm import (BYTE0, EOS, EOT, IM_END, FakeSession, FakeTokenizer)
+from fake_lm import EOS, EOT, IM_END, FakeSession, FakeTokenizer
 from llmrt.generation import GenerationResult, generate, prefill
 from llmrt.streamers import BaseStreamer
 
@@ -306,3 +306,34 @@ def test_sampling_parameters_are_checked():
     tok = FakeTokenizer()
     with pytest.raises(TypeError, match="tempreature"):
         generate(FakeSession(tok.n_vocab, lambda t: EOS), [1], tok, tempreature=0.5)
+
+
+# ---- real model -------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_real_model_stop_strings_cut_exactly():
+    """Greedy SmolLM2 text; then the same run with stop strings taken from inside that text
+    (at and across token boundaries): the output is the text up to the stop, never more."""
+    from fake_lm import real_model
+    from llmrt.streamers import TextStreamer
+    m = real_model("smollm2-135m-instruct")
+    tok = m.tokenizer
+    prompt = tok.encode("Once upon a time")
+
+    class Collect(TextStreamer):
+        def on_finalized_text(self, text, stream_end=False):
+            self.out = getattr(self, "out", "") + text
+
+    base = GenerationResult()
+    ids = generate(m.new_session(), prompt, tok, max_new_tokens=24, temperature=0.0,
+                   result=base)
+    assert base.text == tok.decode(ids[len(prompt):])
+    text = base.text
+    for start, length in ((5, 6), (12, 3), (20, 9), (len(text) - 4, 4)):
+        stop = text[start:start + length]
+        res = GenerationResult()
+        st = Collect(tok, skip_prompt=True)
+        generate(m.new_session(), prompt, tok, max_new_tokens=24, temperature=0.0,
+                 stop=[stop], result=res, streamer=st)
+        assert res.finish_reason == "stop"
+        assert res.text == text[:text.find(stop)] == st.out, stop

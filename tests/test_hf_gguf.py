@@ -354,3 +354,28 @@ def test_same_seed_same_weights_other_seed_other_weights():
     wa, wb, wc = (m.state_dict()["model.layers.0.self_attn.q_proj.bias"] for m in (a, b, c))
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
     assert math.isclose(float(wa.std()), hf_gguf.BIAS_STD, rel_tol=0.5)
+
+
+def test_llamacpp_like_model_roundings():
+    """The emulated ggml roundings used by tools/check_tiny_llamacpp.py."""
+    x = torch.randn(7, 64, generator=torch.Generator().manual_seed(2)) * 3
+    # f32 file, SiLU family: no rounding added, same logits as the HF model
+    model, config = get_model("qwen3")
+    ids = list(range(3, 15))
+    np.testing.assert_array_equal(hf_gguf.hf_logits(hf_gguf.llamacpp_like_model(model, config, "f32"), ids),
+                                  hf_gguf.hf_logits(model, ids))
+    # q8_0 activations: per block of 32, integers |q| <= 127 times f16(amax/127); equal to gguf's
+    # reference quantizer except where x*127/amax and x/(amax/127) straddle a rounding tie
+    y = hf_gguf._round_act_q8_0(x).numpy()
+    ref = gguf.quants.dequantize(gguf.quants.quantize(x.numpy(), Q8_0), Q8_0)
+    d16 = (np.abs(x.numpy().reshape(-1, 32)).max(axis=1, keepdims=True) / 127).astype(np.float16).astype(np.float32)
+    q = y.reshape(-1, 32) / d16
+    np.testing.assert_array_equal(q, np.round(q))
+    assert np.abs(q).max() == 127
+    assert np.all(np.abs(y - ref).reshape(-1, 32) <= d16 * 1.0001)
+    assert (y == ref).mean() > 0.99
+    # f16 GELU table: output is f16-representable and close to the exact tanh-GELU
+    g = hf_gguf.gelu_f16_table()(x)
+    np.testing.assert_array_equal(g.numpy(), g.numpy().astype(np.float16).astype(np.float32))
+    exact = torch.nn.functional.gelu(x, approximate="tanh")
+    assert float((g - exact).abs().max()) <= 2 * F16_REL * float(x.abs().max())

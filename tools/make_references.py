@@ -363,7 +363,12 @@ def timings(llm, ids, n_decode=64, reps=3):
 
 # ---- main -------------------------------------------------------------------------------------
 
+def log(msg, t0=time.perf_counter()):
+    print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
 def build(name, path, command):
+    log(f"{name}: load")
     llm = make_llm(path, N_CTX, logits_all=False)
     vocab = vocab_of(llm)
     bos, eos = int(llm.token_bos()), int(llm.token_eos())
@@ -392,8 +397,10 @@ def build(name, path, command):
             tok.append({"text": text, "add_special": add_special, "parse_special": True,
                         "ids": tokenize(llm, text, add_special, True)})
     ref["tokenize"] = tok
+    log(f"{name}: tokenized")
     ref["detokenize"] = detok_cases(llm, name, bos, eos)
 
+    log(f"{name}: detokenized")
     # greedy, each from an empty cache
     g = []
     for p in GREEDY_PROMPTS:
@@ -404,11 +411,14 @@ def build(name, path, command):
     # determinism check: the first prompt again, after the others
     assert greedy(llm, g[0]["prompt_ids"], N_PREDICT) == g[0]["ids"], "greedy not reproducible"
     ref["greedy"] = g
+    log(f"{name}: greedy done")
 
     ref["chat"] = chat_entries(llm, name, bos_text, eos_text)
 
     pp_ids = tokenize(llm, TIMING_TEXT, True, False)[:128]
+    log(f"{name}: chat done")
     t_pp, t_tg = timings(llm, pp_ids)
+    log(f"{name}: timings done")
     del llm
 
     # teacher forced: every position's logits in one batch
@@ -424,6 +434,7 @@ def build(name, path, command):
                    "top_logprobs": [rnd(lp[i, top[i]]) for i in range(len(ids))],
                    "target_logprob": rnd(lp[np.arange(len(ids) - 1), ids[1:]])})
     ref["teacher_forced"] = tf
+    log(f"{name}: teacher forced done")
     del llm
     return ref, (len(pp_ids), t_pp, t_tg)
 
@@ -439,6 +450,7 @@ def main():
         if args.only and name != args.only:
             continue
         ref, (n_pp, t_pp, t_tg) = build(name, os.path.join(args.model_dir, fname), command)
+        os.makedirs(args.out_dir, exist_ok=True)
         out = os.path.join(args.out_dir, f"ref_{name}.json")
         with open(out, "w", encoding="utf-8") as f:
             json.dump(ref, f, ensure_ascii=False, indent=None, separators=(",", ":"))

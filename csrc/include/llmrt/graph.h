@@ -28,8 +28,9 @@
  * best-fit allocator over those lifetimes reuses freed ranges. No malloc happens during a run.
  *
  * Threads. A run executes every node on all threads of the pool; inside a node threads claim
- * chunks of its work (rows, row blocks, (token, head) pairs) from an atomic counter; one barrier
- * separates nodes. Kernels assume valid shapes: the caller (Cython) validates first. C checks
+ * chunks of its work (rows, row blocks, (token, head) pairs) from an atomic counter. Barriers
+ * separate a node from the earlier ones it depends on (graph.c plans where; a node with little
+ * work runs on thread 0 alone). Kernels assume valid shapes: the caller (Cython) validates first. C checks
  * only what would otherwise be a memory error and returns LLMRT_EINVAL.
  */
 #ifndef LLMRT_GRAPH_H
@@ -197,6 +198,12 @@ int llmrt_graph_max_out(const llmrt_graph *g);
 size_t llmrt_graph_arena_bytes(const llmrt_graph *g);
 /* Sum of the capacity sizes of all arena tensors (what the arena would be without reuse). */
 size_t llmrt_graph_tensor_bytes(const llmrt_graph *g);
+/* Barriers per run in the plan of the last run (0 before the first run). */
+int llmrt_graph_n_barriers(const llmrt_graph *g);
+/* Nodes with less work than this (elements, or multiply-adds for mul_mat) run on thread 0 alone.
+ * Default 32768; 0 shares every node (tests use it to exercise the parallel paths). */
+int64_t llmrt_graph_single_work(const llmrt_graph *g);
+void llmrt_graph_set_single_work(llmrt_graph *g, int64_t work);
 const char *llmrt_op_name(int op);
 
 static inline float llmrt_get_op_param_f32(const llmrt_tensor *t, int i) {

@@ -12,7 +12,8 @@
  * split, so a thread that was descheduled does not hold everyone up.
  *
  * Runs on one pool are serialized by a lock (llmrt_threadpool_run takes it), so several graphs
- * may share a pool. Between runs the workers sleep on a condition variable; inside a run the
+ * may share a pool. In a child process after fork() the workers are gone: runs there have one
+ * thread (nth = 1) and still complete. Between runs the workers sleep on a condition variable; inside a run the
  * barrier spins briefly, then yields the CPU (the machine may be oversubscribed).
  */
 #ifndef LLMRT_THREADPOOL_H
