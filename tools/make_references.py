@@ -125,7 +125,8 @@ TF_TEXTS = [
     # multilingual
     "Paris is the capital of France. Paris est la capitale de la France. Berlin ist die Hauptstadt "
     "von Deutschland. Madrid es la capital de España. Москва — столица России. 东京是日本的首都。 "
-    "Roma è la capitale d'Italia.",
+    "Roma è la capitale d'Italia. Lisboa é a capital de Portugal. Amsterdam is de hoofdstad van "
+    "Nederland. Stockholm är Sveriges huvudstad.",
 ]
 
 GREEDY_PROMPTS = [
