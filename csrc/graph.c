@@ -8,7 +8,14 @@
  *   run time:    llmrt_graph_run() sets the token dims to this run's n / n_out, points the
  *                inputs at the caller's arrays, writes the new cells' positions into the cache,
  *                then every pool thread walks the node list: compute_forward() (the one switch
- *                over ops), then a barrier.
+ *                over ops), with barriers between nodes.
+ *
+ * Barriers. A barrier costs little on an idle machine but a scheduling quantum when the cores
+ * are oversubscribed, and decoding one token runs ~20 nodes per layer. So for each run shape
+ * (n, n_out) the runner plans: a node with little work (single[i]) runs on thread 0 alone, and
+ * a barrier goes before node j only if j conflicts with a node since the last barrier (reads
+ * what it writes, or writes what it reads or writes: arena ranges, or the cache a KV_STORE
+ * fills), unless both ran on thread 0, which orders them anyway.
  */
 #include "llmrt/graph.h"
 
@@ -21,6 +28,9 @@
 #include "ops/ops.h"
 
 #define ARENA_ALIGN 64
+/* Below this much work (about one element or multiply-add per unit) a node runs on thread 0:
+ * sharing it would cost more in synchronization than it saves. */
+#define SINGLE_THREAD_WORK 32768
 
 typedef struct {
     size_t offs, size;
@@ -46,6 +56,11 @@ struct llmrt_graph {
     void *wdata;                 /* per-thread scratch: n_threads * wstride bytes */
     size_t wstride;
     atomic_int *counters;        /* [n_nodes] chunk counters */
+    uint8_t *single;             /* [n_nodes] 1: too little work to share, thread 0 runs it */
+    uint8_t *barrier_before;     /* [n_nodes] 1: all threads meet before this node */
+    int plan_n, plan_n_out;      /* the run shape `single` / `barrier_before` were made for */
+    int n_barriers;
+    int64_t single_work;         /* nodes with less work run on thread 0 (SINGLE_THREAD_WORK) */
 
     pthread_mutex_t run_lock;    /* one run at a time per graph */
     llmrt_run_ctx ctx;           /* the current run */
@@ -87,6 +102,7 @@ llmrt_graph *llmrt_graph_new(int max_tokens, llmrt_threadpool *pool) {
     g->max_tokens = max_tokens;
     g->pool = pool;
     g->output = -1;
+    g->single_work = SINGLE_THREAD_WORK;
     for (int i = 0; i < LLMRT_INPUT_COUNT; i++) g->inputs[i] = -1;
     pthread_mutex_init(&g->run_lock, NULL);
     return g;
@@ -100,6 +116,8 @@ void llmrt_graph_free(llmrt_graph *g) {
     free(g->arena);
     free(g->wdata);
     free(g->counters);
+    free(g->single);
+    free(g->barrier_before);
     pthread_mutex_destroy(&g->run_lock);
     free(g);
 }
@@ -557,6 +575,15 @@ static size_t op_wsize(const llmrt_tensor *t) {
 
 int llmrt_graph_build(llmrt_graph *g) {
     if (g->built || g->output < 0) return LLMRT_EINVAL;
+    /* (what a failed earlier attempt may have left) */
+    free(g->arena);
+    free(g->wdata);
+    free(g->counters);
+    free(g->single);
+    free(g->barrier_before);
+    g->arena = g->wdata = NULL;
+    g->counters = NULL;
+    g->single = g->barrier_before = NULL;
 
     /* Lifetimes: a tensor's memory is needed until the last node reading it or a view of it. */
     for (int i = 0; i < g->n_tensors; i++) g->tensors[i]->last_use = g->tensors[i]->node;
@@ -578,12 +605,8 @@ int llmrt_graph_build(llmrt_graph *g) {
     size_t total = 0;
     for (int i = 0; i < g->n_nodes && rc == LLMRT_OK; i++) {
         llmrt_tensor *nd = g->nodes[i];
-        if (in_arena(nd)) {
-            int64_t ne_tok = nd->ne[nd->tok_dim];
-            nd->ne[nd->tok_dim] = nd->tok_cap;
-            set_strides(nd);
+        if (in_arena(nd)) {  /* before any run, ne holds the capacity */
             nd->size = align_up(nd->nb[LLMRT_MAX_DIMS - 1] * (size_t)nd->ne[LLMRT_MAX_DIMS - 1], ARENA_ALIGN);
-            nd->ne[nd->tok_dim] = ne_tok;
             total += nd->size;
             rc = planner_alloc(&pl, nd->size, &nd->offs);
         }
@@ -625,11 +648,74 @@ int llmrt_graph_build(llmrt_graph *g) {
     g->counters = (atomic_int *)malloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof(atomic_int));
     if (g->counters == NULL) return LLMRT_ENOMEM;
     for (int i = 0; i < g->n_nodes; i++) atomic_init(&g->counters[i], 0);
+    g->single = (uint8_t *)calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), 1);
+    g->barrier_before = (uint8_t *)calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), 1);
+    if (g->single == NULL || g->barrier_before == NULL) return LLMRT_ENOMEM;
+    g->plan_n = g->plan_n_out = -1;
     g->built = 1;
     return LLMRT_OK;
 }
 
 /* ---- running ----------------------------------------------------------------------------- */
+
+static int64_t nelements(const llmrt_tensor *t) {
+    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+static int64_t node_work(const llmrt_tensor *t) {
+    switch (t->op) {
+    case LLMRT_OP_MUL_MAT: return t->src[0]->ne[0] * nelements(t);
+    case LLMRT_OP_ATTENTION: return INT64_MAX; /* grows with the cache: always shared */
+    case LLMRT_OP_KV_STORE: return nelements(t->src[0]) + nelements(t->src[1]);
+    case LLMRT_OP_ROPE: return 4 * nelements(t);
+    default: return nelements(t);
+    }
+}
+
+/* The arena tensor whose memory t is (itself or the tensor it views), or NULL. */
+static const llmrt_tensor *arena_mem(const llmrt_tensor *t) {
+    const llmrt_tensor *base = t->view_src ? t->view_src : t;
+    return in_arena(base) ? base : NULL;
+}
+
+static int overlap(const llmrt_tensor *x, const llmrt_tensor *y) {
+    return x != NULL && y != NULL && x->offs < y->offs + y->size && y->offs < x->offs + x->size;
+}
+
+/* Must b wait for a (a earlier in the node list)? */
+static int conflict(const llmrt_tensor *a, const llmrt_tensor *b) {
+    const llmrt_tensor *wa = arena_mem(a), *wb = arena_mem(b);
+    for (int s = 0; s < LLMRT_MAX_SRC; s++) {
+        const llmrt_tensor *src = b->src[s];
+        if (src == NULL) continue;
+        if (src == a || overlap(arena_mem(src), wa)) return 1;  /* b reads a's output (or cache) */
+    }
+    for (int s = 0; s < LLMRT_MAX_SRC; s++) {
+        if (a->src[s] != NULL && overlap(arena_mem(a->src[s]), wb)) return 1;  /* b overwrites a's input */
+    }
+    return overlap(wa, wb);
+}
+
+static void plan_run(llmrt_graph *g, int n, int n_out) {
+    int seg = 0; /* first node since the last barrier */
+    g->n_barriers = 0;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const llmrt_tensor *b = g->nodes[j];
+        g->single[j] = node_work(b) < g->single_work;
+        int need = 0;
+        for (int i = seg; i < j && !need; i++) {
+            if (g->single[i] && g->single[j]) continue;
+            need = conflict(g->nodes[i], b);
+        }
+        g->barrier_before[j] = (uint8_t)need;
+        if (need) {
+            seg = j;
+            g->n_barriers++;
+        }
+    }
+    g->plan_n = n;
+    g->plan_n_out = n_out;
+}
 
 /* The one switch that runs a node. */
 static void compute_forward(const llmrt_compute_params *p, llmrt_tensor *t) {
@@ -662,9 +748,11 @@ static void graph_worker(void *arg, int ith, int nth) {
     p.wsize = g->wstride;
     p.ctx = &g->ctx;
     for (int i = 0; i < g->n_nodes; i++) {
+        if (g->barrier_before[i]) llmrt_threadpool_barrier(g->pool);
+        if (g->single[i] && ith != 0) continue;
+        p.nth = g->single[i] ? 1 : nth;
         p.counter = &g->counters[i];
         compute_forward(&p, g->nodes[i]);
-        if (i + 1 < g->n_nodes) llmrt_threadpool_barrier(g->pool);
     }
 }
 
@@ -734,6 +822,7 @@ int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache
         for (int i = 0; i < in->n; i++) cache->pos[cache->n_used + i] = in->positions[i];
     }
     for (int i = 0; i < g->n_nodes; i++) atomic_store(&g->counters[i], 0);
+    if (in->n != g->plan_n || n_out != g->plan_n_out) plan_run(g, in->n, n_out);
 
     llmrt_threadpool_run(g->pool, graph_worker, g);
 
@@ -761,6 +850,15 @@ int llmrt_graph_max_tokens(const llmrt_graph *g) { return g->max_tokens; }
 int llmrt_graph_max_out(const llmrt_graph *g) { return g->max_out; }
 size_t llmrt_graph_arena_bytes(const llmrt_graph *g) { return g->built ? g->arena_size : 0; }
 size_t llmrt_graph_tensor_bytes(const llmrt_graph *g) { return g->tensor_bytes; }
+int llmrt_graph_n_barriers(const llmrt_graph *g) { return g->built ? g->n_barriers : 0; }
+int64_t llmrt_graph_single_work(const llmrt_graph *g) { return g->single_work; }
+
+void llmrt_graph_set_single_work(llmrt_graph *g, int64_t work) {
+    pthread_mutex_lock(&g->run_lock);
+    g->single_work = work;
+    g->plan_n = g->plan_n_out = -1;  /* replan on the next run */
+    pthread_mutex_unlock(&g->run_lock);
+}
 
 int llmrt_graph_input_id(const llmrt_graph *g, int which) {
     if (which < 0 || which >= LLMRT_INPUT_COUNT) return -1;

@@ -6,6 +6,7 @@
 # Graph.run validates the run's inputs, releases the GIL and returns a new float32 array.
 from c_graph cimport *
 from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.string cimport memcpy
 
 # ggml type ids used here (the full list is llmrt.h's llmrt_type)
 _T_F32 = 0
@@ -122,24 +123,20 @@ cdef class KVCache:
     def positions(self):
         """Positions of the used cells, int32 [n_used] (a copy)."""
         cdef int n = self.c.n_used
-        out = np.empty(n, dtype=np.int32)
+        out = np.empty(max(n, 1), dtype=np.int32)
         cdef int32_t[::1] o = out
-        cdef int i
-        for i in range(n):
-            o[i] = self.c.pos[i]
-        return out
+        memcpy(&o[0], self.c.pos, <size_t>n * sizeof(int32_t))
+        return out[:n]
 
     def _cells(self, int layer, bint want_k):
         self._check_layer(layer)
         cdef size_t cell = (llmrt_kv_cache_k_cell_bytes(self.c, layer) if want_k
                             else llmrt_kv_cache_v_cell_bytes(self.c, layer))
         cdef size_t nbytes = cell * <size_t>self.c.n_used
-        raw = np.empty(nbytes, dtype=np.uint8)
+        raw = np.empty(nbytes + 1, dtype=np.uint8)  # + 1: &r[0] exists even when empty
         cdef unsigned char[::1] r = raw
-        cdef const unsigned char *src = <const unsigned char *>(self.c.k[layer] if want_k else self.c.v[layer])
-        cdef size_t i
-        for i in range(nbytes):
-            r[i] = src[i]
+        memcpy(&r[0], self.c.k[layer] if want_k else self.c.v[layer], nbytes)
+        raw = raw[:nbytes]
         hd = self.c.hd_k[layer] if want_k else self.c.hd_v[layer]
         dt = np.float16 if self.dtype == "f16" else np.float32
         return raw.view(dt).reshape(self.c.n_used, self.c.n_head_kv[layer], hd)
@@ -726,6 +723,23 @@ cdef class Graph:
     def tensor_bytes(self):
         """Sum of all intermediate tensors' sizes at capacity (the arena without reuse)."""
         return llmrt_graph_tensor_bytes(self.g)
+
+    @property
+    def n_barriers(self):
+        """Barriers per run in the plan of the last run (the plan depends on n)."""
+        return llmrt_graph_n_barriers(self.g)
+
+    @property
+    def single_thread_work(self):
+        """Nodes with less work than this (elements, or multiply-adds for mul_mat) run on one
+        thread. 0 shares every node across the pool (tests use it)."""
+        return llmrt_graph_single_work(self.g)
+
+    @single_thread_work.setter
+    def single_thread_work(self, work):
+        if work < 0:
+            raise ValueError(f"[graph] single_thread_work must be >= 0, got {work}")
+        llmrt_graph_set_single_work(self.g, work)
 
     @property
     def n_threads(self):

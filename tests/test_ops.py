@@ -60,6 +60,8 @@ class Builder:
 
     def __init__(self, max_tokens, n_threads=1):
         self.g = core.Graph(max_tokens, n_threads)
+        if n_threads > 1:
+            self.g.single_thread_work = 0  # share every node, however small: test the chunking
         self.max_tokens = max_tokens
         self.tok = self.g.input_tokens()
         self._pos = None
@@ -302,7 +304,9 @@ def activation_error_bound(w, x, vt):
 
 @pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("n_threads", [1, 2])
-def test_mul_mat(rng, t, n_threads):
+def test_mul_mat(rng, t, n_threads, isa_level):
+    """Every weight type, at every ISA level this CPU runs (the isa_level fixture switches the
+    kernel table; levels the CPU lacks are skipped with the reason)."""
     k, m, n = k_for(t), 37, 5
     raw, wdeq = random_weight(rng, t, m, k)
     x = rng.standard_normal((n, k)).astype(np.float32)

@@ -635,4 +635,14 @@ def test_llama_cpp_reference(which, request):
             got = tok.decode(e["ids"])
         if got != e["text"]:
             bad.append(("detokenize", e, got))
+        if "bytes_hex" in e:
+            raw = tok.detokenize(e["ids"], remove_special=e.get("remove_special", False),
+                                 unparse_special=e.get("unparse_special", False))
+            if raw.hex() != e["bytes_hex"]:
+                bad.append(("detokenize bytes", e, raw.hex()))
+    for e in ref.get("chat", []):
+        # rendered chat prompts: special-token texts are parsed; BOS per the template/add_bos
+        if "ids" in e and e["ids"] not in (tok.encode(e["text"], add_special=False, parse_special=True),
+                                           tok.encode(e["text"], add_special=True, parse_special=True)):
+            bad.append(("chat", e, tok.encode(e["text"], add_special=True, parse_special=True)))
     assert not bad, f"{len(bad)} mismatches with llama.cpp, first: {bad[:3]}"
