@@ -47,5 +47,7 @@ cdef extern from "llmrt/llmrt.h" nogil:
         const char *quant_row_name[40]
         llmrt_vec_dot_fn vec_dot[40]
         const char *vec_dot_name[40]
+        llmrt_quant_row_fn quant_act_row[40]
+        const char *quant_act_row_name[40]
 
     const llmrt_kernel_table *llmrt_kernels()

@@ -53,14 +53,17 @@ def _fmt_hparam(v) -> str:
 @click.argument("model", required=False)
 @friendly_errors
 def info(model):
-    """Show CPU features, the ISA level and kernels in use, and (with MODEL, a GGUF path) the
+    """Show CPU features, the ISA level and kernels in use, and (with MODEL, a GGUF path or a
+    known model name) the
     model's architecture, hyperparameters, tensor types and size."""
     from llmrt import __version__, _core
     from llmrt.gguf import GGUFFile, describe
 
+    from llmrt.hub import resolve_model
+
     d = None
     if model is not None:   # parse first: a bad file gives its one error line and nothing else
-        with GGUFFile(model) as f:
+        with GGUFFile(resolve_model(model, download=False)) as f:
             d = describe(f)
     feats = _core.cpu_features()
     _, capped_from, bad_env = _core.cpu_init()   # honours LLMRT_ISA; refills the kernel table
@@ -159,8 +162,10 @@ def _load_model(name, threads, ctx_size):
         kw["ctx_size"] = ctx_size
     model = Model(path, **kw)
     arch = (getattr(model, "metadata", None) or {}).get("general.architecture", "?")
-    _log(f"loaded: arch {arch}, n_vocab {model.n_vocab}, n_ctx {model.n_ctx}"
-         + (f", threads {threads}" if threads else ""))
+    from llmrt import _core
+    _log(f"loaded: arch {arch}, n_vocab {model.n_vocab}, n_ctx {model.n_ctx}; "
+         f"isa {_core.isa_current()}, threads {getattr(model, 'n_threads', threads)}, "
+         f"kv cache {getattr(model, 'kv_dtype', '?')}")
     return model
 
 

@@ -26,6 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmrt.errors import ModelFormatError
 from llmrt.progress import Progress
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -85,12 +86,12 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, *,
     p = Path(name_or_path).expanduser()
     if p.exists():
         if p.is_dir():
-            raise ValueError(f"{name_or_path} is a directory, not a GGUF file")
+            raise ModelFormatError(f"{name_or_path} is a directory, not a GGUF file")
         return str(name_or_path)
     spec = _lookup(str(name_or_path))
     if spec is None:
-        raise ValueError(f"no such model file: {name_or_path}; known model names: "
-                         f"{', '.join(KNOWN_MODELS)} (default {DEFAULT_MODEL})")
+        raise ModelFormatError(f"no such file: {name_or_path}, nor a known model name "
+                               f"({', '.join(KNOWN_MODELS)}; default {DEFAULT_MODEL})")
     path = cache_dir() / spec.filename
     if path.is_file():
         return str(path)

@@ -116,7 +116,7 @@ def test_chat_template_override(models, gguf, tmp_path):
 def test_chat_unknown_model(models):
     r = run(["chat", "no-such-model"], input="Hi\n")
     assert r.exit_code == 1
-    assert "error: no such model file: no-such-model" in r.stderr and "gemma3-270m" in r.stderr
+    assert "error: no such file: no-such-model" in r.stderr and "gemma3-270m" in r.stderr
 
 
 # ---- generate --------------------------------------------------------------------------------

@@ -206,8 +206,8 @@ def rnd(v):
     return [round(float(a), ROUND) for a in v]
 
 
-def make_llm(path, n_ctx, logits_all):
-    return Llama(model_path=path, n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH, n_threads=N_THREADS,
+def make_llm(path, n_ctx, logits_all, n_batch=N_BATCH):
+    return Llama(model_path=path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=N_THREADS,
                  n_threads_batch=N_THREADS, seed=SEED, logits_all=logits_all, flash_attn=FLASH_ATTN,
                  verbose=False)
 
@@ -433,20 +433,49 @@ def build(name, path, command, do_timing=True):
 
     # teacher forced: every position's logits in one batch
     llm = make_llm(path, N_CTX_TF, logits_all=True)
+    ref["teacher_forced"] = teacher_forced(llm, TF_TEXTS)
+    log(f"{name}: teacher forced done")
+    del llm
+    return ref, (len(pp_ids), t)
+
+
+def teacher_forced(llm, texts):
     tf = []
-    for text in TF_TEXTS:
+    for text in texts:
         ids = tokenize(llm, text, True, False)
-        assert 64 <= len(ids) <= 128, (name, len(ids))
+        assert 64 <= len(ids) <= 128, len(ids)
         lp = log_softmax(eval_all(llm, ids))          # [n, n_vocab]
         top = np.argsort(-lp, axis=-1, kind="stable")[:, :TOP_K]
         tf.append({"text": text, "ids": ids, "top_k": TOP_K,
                    "top_ids": top.tolist(),
                    "top_logprobs": [rnd(lp[i, top[i]]) for i in range(len(ids))],
                    "target_logprob": rnd(lp[np.arange(len(ids) - 1), ids[1:]])})
-    ref["teacher_forced"] = tf
-    log(f"{name}: teacher forced done")
+    return tf
+
+
+def build_nbatch1(name, path, ref):
+    """llama.cpp's single-token path: n_batch = n_ubatch = 1, so every matmul is a matrix-vector
+    product (vec_dot / gemv kernels, no llamafile sgemm or repacked gemm). Adds
+    "teacher_forced_nbatch1" (same texts, fed token by token) and "greedy_nbatch1" (same prompts,
+    prompt and generation token by token) to ref; other sections are left as they are."""
+    log(f"{name}: n_batch=1 greedy")
+    llm = make_llm(path, N_CTX, logits_all=False, n_batch=1)
+    g = []
+    for p in GREEDY_PROMPTS:
+        pids = tokenize(llm, p, True, False)
+        ids = greedy(llm, pids, N_PREDICT)
+        g.append({"prompt": p, "prompt_ids": pids, "n_predict": N_PREDICT, "ids": ids,
+                  "text": detokenize(llm, ids).decode("utf-8", errors="replace")})
     del llm
-    return ref, (len(pp_ids), t)
+    log(f"{name}: n_batch=1 teacher forced")
+    llm = make_llm(path, N_CTX_TF, logits_all=True, n_batch=1)
+    tf = teacher_forced(llm, TF_TEXTS)
+    del llm
+    ref["settings_nbatch1"] = {"n_batch": 1, "n_ubatch": 1, "n_threads": N_THREADS, "n_ctx": N_CTX,
+                               "n_ctx_teacher_forced": N_CTX_TF, "flash_attn": FLASH_ATTN}
+    ref["greedy_nbatch1"] = g
+    ref["teacher_forced_nbatch1"] = tf
+    return ref
 
 
 def main():
@@ -457,6 +486,8 @@ def main():
     ap.add_argument("--no-timing", action="store_true", help="skip the llama.cpp speed measurement")
     ap.add_argument("--timing-only", type=int, metavar="REPS", default=0,
                     help="only measure llama.cpp speed, best of REPS runs; write nothing")
+    ap.add_argument("--nbatch1-only", action="store_true",
+                    help="only (re)compute the n_batch=1 sections, added to the existing JSON files")
     args = ap.parse_args()
     command = " ".join(["python", "tools/make_references.py"] + sys.argv[1:]) + \
         f"  (python of a venv with llama-cpp-python {llama_cpp.__version__} built from source)"
@@ -471,9 +502,15 @@ def main():
                   f"tokens {t[0]:.1f} tok/s (llama_perf {t[2]:.1f}), decode 64 tokens {t[1]:.1f} tok/s "
                   f"(llama_perf {t[3]:.1f})")
             continue
-        ref, (n_pp, t) = build(name, os.path.join(args.model_dir, fname), command, not args.no_timing)
-        os.makedirs(args.out_dir, exist_ok=True)
         out = os.path.join(args.out_dir, f"ref_{name}.json")
+        path = os.path.join(args.model_dir, fname)
+        if args.nbatch1_only:
+            with open(out, encoding="utf-8") as f:
+                ref, n_pp, t = json.load(f), 0, None
+        else:
+            ref, (n_pp, t) = build(name, path, command, not args.no_timing)
+        ref = build_nbatch1(name, path, ref)
+        os.makedirs(args.out_dir, exist_ok=True)
         with open(out, "w", encoding="utf-8") as f:
             json.dump(ref, f, ensure_ascii=False, indent=None, separators=(",", ":"))
             f.write("\n")

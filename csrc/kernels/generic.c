@@ -1072,4 +1072,10 @@ void llmrt_register_kernels_generic(llmrt_kernel_table *kt) {
     SET_Q(LLMRT_TYPE_Q5_K, quant_row_q5_K_generic);
     SET_Q(LLMRT_TYPE_Q6_K, quant_row_q6_K_generic);
     SET_Q(LLMRT_TYPE_IQ4_NL, quant_row_iq4_nl_generic);
+
+    /* ggml's scalar quantize_row_q8_0 / q8_1 / q8_K are the reference ones: activations too */
+    for (int t = 0; t < LLMRT_TYPE_COUNT; t++) {
+        kt->quant_act_row[t] = kt->quant_row[t];
+        kt->quant_act_row_name[t] = kt->quant_row_name[t];
+    }
 }

@@ -2,7 +2,8 @@
  * mul_mat.c — y = x @ W^T for a weight W [K, M] of any type and f32 activations x [K, rows].
  *
  * Two nodes. QUANTIZE converts each activation row to W's vec_dot_type (Q8_0 for Q4_0, Q8_K for
- * the K-quants, F16 for F16, ...) into an arena tensor, once per run. MUL_MAT then computes
+ * the K-quants, F16 for F16, ...) into an arena tensor, once per run, with the kernel table's
+ * quant_act_row: the rounding ggml's CPU backend uses for activations on this ISA. MUL_MAT then computes
  * y[j][m] = vec_dot(W row m, x row j). Its chunks are blocks of MM_BLOCK weight rows; a chunk
  * loops over every activation row for its block, so the block's weights stay in cache while
  * they are reused by all tokens of a prefill.
@@ -15,7 +16,7 @@ void llmrt_compute_quantize(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_tensor *src = dst->src[0];
     const int64_t ne0 = dst->ne[0];
     const int64_t nr = llmrt_nrows(dst);
-    const llmrt_quant_row_fn q = p->ctx->kt->quant_row[dst->type];
+    const llmrt_quant_row_fn q = p->ctx->kt->quant_act_row[dst->type];
     for (int64_t r = llmrt_claim(p); r < nr; r = llmrt_claim(p)) {
         const float *x = (const float *)((const char *)src->data + r * src->nb[1]);
         void *y = (char *)dst->data + r * dst->nb[1];

@@ -128,6 +128,11 @@ typedef struct {
     const char *quant_row_name[LLMRT_TYPE_COUNT];
     llmrt_vec_dot_fn vec_dot[LLMRT_TYPE_COUNT];          /* weight type x its vec_dot_type */
     const char *vec_dot_name[LLMRT_TYPE_COUNT];
+    /* Activation quantizers used by mul_mat: the rounding ggml's CPU backend uses at run time on
+     * this ISA (x86 AVX2 Q8_0/Q8_1: id = 127/amax, ties to even), which may differ from the
+     * reference quant_row; generic = the reference, as ggml's scalar path. */
+    llmrt_quant_row_fn quant_act_row[LLMRT_TYPE_COUNT];
+    const char *quant_act_row_name[LLMRT_TYPE_COUNT];
 } llmrt_kernel_table;
 
 const llmrt_kernel_table *llmrt_kernels(void);

@@ -7,6 +7,9 @@
  * Quantize (activations): F16, BF16, Q8_0, Q8_1, Q8_K, bit-identical to generic.c: roundf ties
  * away from zero for Q8_0/Q8_1 (done exactly: trunc, then +-1 when |frac| >= 0.5), nearest_int
  * ties to even for Q8_K (the default MXCSR rounding of cvtps2dq).
+ * Activation quantizers (kernel table's quant_act_row, used by mul_mat): Q8_0 / Q8_1 as ggml's
+ * x86 quantize_row_q8_0 / q8_1 run them (id = 127 / amax, ties to even), so llmrt's activation
+ * blocks are byte-identical to llama.cpp's; the other types use the reference kernels above.
  *
  * Blocks are read with unaligned loads / memcpy: a row may start at any address.
  */
@@ -330,6 +333,55 @@ static void quant_row_q8_1_avx2(const float *x, void *vy, int64_t k) {
     }
 }
 
+/* ---- activation quantizers: ggml's x86 run-time quantize_row_q8_0 / q8_1 --------------------- */
+
+/* One 32-element block as ggml's AVX2 quantize_row_q8_0 does it (not the reference): the
+ * multiplier is id = 127 / amax (not 1 / d), and v * id is rounded to nearest, ties to EVEN
+ * (round_ps with the default rounding mode). d = amax / 127 is stored as f16. Returns sum(q). */
+static inline int quant_block_q8_act_avx2(const float *x, float *d_out, int8_t *qs) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4];
+    __m256 amax = _mm256_and_ps(_mm256_loadu_ps(x), absmask);
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(x + 8 * j);
+        amax = _mm256_max_ps(amax, _mm256_and_ps(v[j], absmask));
+    }
+    const float m = hmax_ps(amax);
+    const float d = m / 127.f;
+    const float id = m != 0.0f ? 127.f / m : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int j = 0; j < 4; j++) {
+        q[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], vid),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+    *d_out = d;
+    return hsum_i32(sum);
+}
+
+static void quant_act_row_q8_0_avx2(const float *x, void *vy, int64_t k) {
+    const int64_t nb = k / QK8_0;
+    for (int64_t i = 0; i < nb; i++, x += QK8_0) {
+        uint8_t *b = (uint8_t *)vy + i * sizeof(block_q8_0);
+        float d;
+        quant_block_q8_act_avx2(x, &d, (int8_t *)(b + offsetof(block_q8_0, qs)));
+        wr_f16(b + offsetof(block_q8_0, d), d);
+    }
+}
+
+static void quant_act_row_q8_1_avx2(const float *x, void *vy, int64_t k) {
+    const int64_t nb = k / QK8_1;
+    for (int64_t i = 0; i < nb; i++, x += QK8_1) {
+        uint8_t *b = (uint8_t *)vy + i * sizeof(block_q8_1);
+        float d;
+        const int sum = quant_block_q8_act_avx2(x, &d, (int8_t *)(b + offsetof(block_q8_1, qs)));
+        wr_f16(b + offsetof(block_q8_1, d), d);
+        wr_f16(b + offsetof(block_q8_1, s), d * (float)sum);
+    }
+}
+
 /* Q8_K: see quant_row_q8_K_generic. The signed max is the first element whose |x| equals the
  * block's max |x| (first on ties, as the reference's strict '>' scan). */
 static void quant_row_q8_K_avx2(const float *x, void *vy, int64_t k) {
@@ -383,6 +435,7 @@ static void quant_row_q8_K_avx2(const float *x, void *vy, int64_t k) {
 
 #define SET_DEQ(T, fn) do { kt->dequant_row[T] = fn; kt->dequant_row_name[T] = #fn; } while (0)
 #define SET_Q(T, fn) do { kt->quant_row[T] = fn; kt->quant_row_name[T] = #fn; } while (0)
+#define SET_QA(T, fn) do { kt->quant_act_row[T] = fn; kt->quant_act_row_name[T] = #fn; } while (0)
 
 void llmrt_register_kernels_avx2(llmrt_kernel_table *kt) {
     SET_DEQ(LLMRT_TYPE_F16, dequant_row_f16_avx2);
@@ -398,6 +451,13 @@ void llmrt_register_kernels_avx2(llmrt_kernel_table *kt) {
     SET_Q(LLMRT_TYPE_Q8_0, quant_row_q8_0_avx2);
     SET_Q(LLMRT_TYPE_Q8_1, quant_row_q8_1_avx2);
     SET_Q(LLMRT_TYPE_Q8_K, quant_row_q8_K_avx2);
+
+    /* activations: ggml's run-time rounding for Q8_0 / Q8_1, the reference one for the rest */
+    SET_QA(LLMRT_TYPE_F16, quant_row_f16_avx2);
+    SET_QA(LLMRT_TYPE_BF16, quant_row_bf16_avx2);
+    SET_QA(LLMRT_TYPE_Q8_0, quant_act_row_q8_0_avx2);
+    SET_QA(LLMRT_TYPE_Q8_1, quant_act_row_q8_1_avx2);
+    SET_QA(LLMRT_TYPE_Q8_K, quant_row_q8_K_avx2);
 }
 
 #else /* not x86-64: the level is never selected */

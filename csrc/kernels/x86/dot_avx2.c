@@ -14,6 +14,11 @@
  *     maddubs(|x|, sign(y, x)), exact while y != -128. ggml's activation quantizers (Q8_0, Q8_1,
  *     Q8_K) only produce [-127, 127], so that holds for every activation row they make;
  * F32/F16/BF16 accumulate in f32 lanes (4 x 8), then a scalar tail that reads only the row.
+ *
+ * Bit-exactness with llama.cpp: the kernels ggml runs for a single token (vec_dot at n_batch = 1)
+ * are reproduced in ggml's exact f32 order: the same integer lane partition (lane k of a block's
+ * 8 i32 sums holds elements 4k..4k+3), one accumulator chain in block order, ggml's hsum, and the
+ * scalar FMAs that ggml's -march=native build contracts (e.g. Q4_1's Σ m·s).
  */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
@@ -21,6 +26,7 @@
 #endif
 #include "llmrt/llmrt.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -165,7 +171,7 @@ static void vec_dot_q4_1_q8_1_avx2(int n, float *s, const void *vx, const void *
     __m256 acc = _mm256_setzero_ps();
     float summs = 0.0f; /* Σ m · s */
     for (int ib = 0; ib < nb; ib++) {
-        summs += f16(x[ib].m) * f16(y[ib].s);
+        summs = fmaf(f16(x[ib].m), f16(y[ib].s), summs); /* fused, as ggml's build compiles it */
         const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
         const __m256i qx = unpack_nibbles_32(x[ib].qs);
         const __m256i qy = loadu256(y[ib].qs);
@@ -214,21 +220,12 @@ static void vec_dot_q8_0_q8_0_avx2(int n, float *s, const void *vx, const void *
     const block_q8_0 *x = vx; /* (nb) */
     const block_q8_0 *y = vy; /* (nb) */
     const int nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    int ib = 0;
-    for (; ib + 2 <= nb; ib += 2) { /* two independent chains */
-        const __m256 d0 = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
-        const __m256 d1 = _mm256_set1_ps(f16(x[ib + 1].d) * f16(y[ib + 1].d));
-        const __m256i p0 = dot_i8_i8(loadu256(x[ib].qs), loadu256(y[ib].qs));
-        const __m256i p1 = dot_i8_i8(loadu256(x[ib + 1].qs), loadu256(y[ib + 1].qs));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; ib < nb; ib++) {
+    __m256 acc = _mm256_setzero_ps(); /* one chain, block order: ggml's order */
+    for (int ib = 0; ib < nb; ib++) {
         const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
-        acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(loadu256(x[ib].qs), loadu256(y[ib].qs))), acc0);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(loadu256(x[ib].qs), loadu256(y[ib].qs))), acc);
     }
-    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+    *s = hsum_ps(acc);
 }
 
 static inline __m256i iq4nl_table(void) {
