@@ -92,3 +92,34 @@ def read_rope(r: KeyReader, n_rot: int, mode: int, n_ctx_train: int) -> RopePara
         raise ModelFormatError(f"{r.where}: unsupported rope scaling type {rtype!r} "
                                f"(llmrt supports none, linear, yarn)")
     return rp
+
+
+def read_base_hparams(f, default_eps: float, default_ctx: int):
+    """The keys every decoder family shares, checked: (KeyReader, dict of HParams fields, n_rot)."""
+    r = KeyReader(f)
+    n_embd = r.get("embedding_length", required=True, kind=int)
+    n_layer = r.get("block_count", required=True, kind=int)
+    n_head = r.get("attention.head_count", required=True, kind=int)
+    if n_embd <= 0 or n_layer <= 0 or n_head <= 0:
+        raise ModelFormatError(f"{r.where}: embedding_length, block_count and head_count must be > 0")
+    n_head_kv = r.get("attention.head_count_kv", n_head, kind=int)
+    if n_head_kv <= 0 or n_head % n_head_kv != 0:
+        raise ModelFormatError(
+            f"{r.where}: head_count ({n_head}) must be a multiple of head_count_kv ({n_head_kv})")
+    hd_k = r.get("attention.key_length", n_embd // n_head, kind=int)
+    hd_v = r.get("attention.value_length", hd_k, kind=int)
+    n_rot = r.get("rope.dimension_count", hd_k, kind=int)
+    if n_rot > hd_k or n_rot % 2:
+        raise ModelFormatError(f"{r.where}: rope.dimension_count ({n_rot}) must be even and <= head dim ({hd_k})")
+    tok = f.get("tokenizer.ggml.tokens")
+    n_vocab = r.get("vocab_size", len(tok) if tok is not None else 0, kind=int)
+    if n_vocab <= 0 and "token_embd.weight" in f.tensors:
+        n_vocab = f.tensors["token_embd.weight"].shape[1]
+    fields = dict(
+        n_vocab=n_vocab, n_ctx_train=r.get("context_length", default_ctx, kind=int), n_embd=n_embd,
+        n_layer=n_layer, n_ff=r.get("feed_forward_length", 0, kind=int), n_head=n_head,
+        n_head_kv=n_head_kv, head_dim_k=hd_k, head_dim_v=hd_v,
+        norm_eps=r.get("attention.layer_norm_rms_epsilon", default_eps),
+        tied_output="output.weight" not in f.tensors,
+    )
+    return r, fields, n_rot

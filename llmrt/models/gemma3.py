@@ -18,8 +18,7 @@ logit soft-capping in the sliding-window build.
 import math
 from dataclasses import dataclass
 
-from llmrt.errors import ModelFormatError
-from llmrt.models.common import ROPE_NEOX, KeyReader, RopeParams, read_rope
+from llmrt.models.common import ROPE_NEOX, RopeParams, read_base_hparams, read_rope
 
 can_shift = True
 
@@ -48,37 +47,16 @@ class HParams:
 
     @classmethod
     def from_gguf(cls, f):
-        r = KeyReader(f)
-        n_embd = r.get("embedding_length", required=True, kind=int)
-        n_layer = r.get("block_count", required=True, kind=int)
-        n_head = r.get("attention.head_count", required=True, kind=int)
-        if n_embd <= 0 or n_layer <= 0 or n_head <= 0:
-            raise ModelFormatError(f"{r.where}: embedding_length, block_count and head_count must be > 0")
-        n_head_kv = r.get("attention.head_count_kv", n_head, kind=int)
-        if n_head_kv <= 0 or n_head % n_head_kv != 0:
-            raise ModelFormatError(
-                f"{r.where}: head_count ({n_head}) must be a multiple of head_count_kv ({n_head_kv})")
-        hd_k = r.get("attention.key_length", n_embd // n_head, kind=int)
-        hd_v = r.get("attention.value_length", hd_k, kind=int)
-        n_rot = r.get("rope.dimension_count", hd_k, kind=int)
-        if n_rot > hd_k or n_rot % 2:
-            raise ModelFormatError(f"{r.where}: rope.dimension_count ({n_rot}) must be even and <= head dim ({hd_k})")
-        n_ctx_train = r.get("context_length", 32768, kind=int)
-        tok = f.get("tokenizer.ggml.tokens")
-        n_vocab = len(tok) if tok is not None else f.tensors["token_embd.weight"].shape[1]
-        n_layer_type_27b = n_layer == 62
+        r, base, n_rot = read_base_hparams(f, default_eps=1e-6, default_ctx=32768)
+        n_embd, n_head = base["n_embd"], base["n_head"]
         return cls(
-            n_vocab=n_vocab, n_ctx_train=n_ctx_train, n_embd=n_embd, n_layer=n_layer,
-            n_ff=r.get("feed_forward_length", 0, kind=int), n_head=n_head, n_head_kv=n_head_kv,
-            head_dim_k=hd_k, head_dim_v=hd_v,
-            norm_eps=r.get("attention.layer_norm_rms_epsilon", 1e-6),
-            rope=read_rope(r, n_rot, ROPE_NEOX, n_ctx_train),
-            # llama.cpp: 27B uses 1/sqrt(n_embd / n_head), the others 1/sqrt(head_dim)
-            attn_scale=1.0 / math.sqrt(n_embd / n_head if n_layer_type_27b else hd_k),
+            **base,
+            rope=read_rope(r, n_rot, ROPE_NEOX, base["n_ctx_train"]),
+            # llama.cpp: 27B (62 layers) uses 1/sqrt(n_embd / n_head), the others 1/sqrt(head_dim)
+            attn_scale=1.0 / math.sqrt(n_embd / n_head if base["n_layer"] == 62 else base["head_dim_k"]),
             n_swa=r.get("attention.sliding_window", 0, kind=int),
             # newer converters write the local layers' base; llama.cpp's default is 10000
             rope_freq_base_swa=r.get("rope.freq_base_swa", ROPE_FREQ_BASE_LOCAL),
-            tied_output="output.weight" not in f.tensors,
         )
 
     def is_swa(self, il):

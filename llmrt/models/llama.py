@@ -16,11 +16,9 @@ Note on Q/K: llama.cpp's converter permutes Wq/Wk rows of Hugging Face Llama che
 interleaved-pair layout, so rope mode NORM here matches HF's rotate-half on the original weights.
 """
 import math
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
 
-from llmrt.errors import ModelFormatError
-from llmrt.models.common import ROPE_NEOX, ROPE_NORM, KeyReader, RopeParams, read_rope
+from llmrt.models.common import ROPE_NORM, RopeParams, read_base_hparams, read_rope
 
 can_shift = True  # RoPE only on Q/K: cached keys can be re-rotated
 
@@ -48,37 +46,9 @@ class HParams:
 
     @classmethod
     def from_gguf(cls, f, rope_mode=ROPE_NORM, qk_norm=False, qkv_bias=False):
-        r = KeyReader(f)
-        n_embd = r.get("embedding_length", required=True, kind=int)
-        n_layer = r.get("block_count", required=True, kind=int)
-        n_head = r.get("attention.head_count", required=True, kind=int)
-        if n_embd <= 0 or n_layer <= 0 or n_head <= 0:
-            raise ModelFormatError(f"{r.where}: embedding_length, block_count and head_count must be > 0")
-        n_head_kv = r.get("attention.head_count_kv", n_head, kind=int)
-        if n_head_kv <= 0 or n_head % n_head_kv != 0:
-            raise ModelFormatError(
-                f"{r.where}: head_count ({n_head}) must be a multiple of head_count_kv ({n_head_kv})")
-        hd_k = r.get("attention.key_length", n_embd // n_head, kind=int)
-        hd_v = r.get("attention.value_length", hd_k, kind=int)
-        n_rot = r.get("rope.dimension_count", hd_k, kind=int)
-        if n_rot > hd_k or n_rot % 2:
-            raise ModelFormatError(f"{r.where}: rope.dimension_count ({n_rot}) must be even and <= head dim ({hd_k})")
-        n_ctx_train = r.get("context_length", 4096, kind=int)
-        tok = f.get("tokenizer.ggml.tokens")
-        n_vocab = r.get("vocab_size", len(tok) if tok is not None else 0, kind=int)
-        if n_vocab <= 0:
-            emb = f.tensors.get("token_embd.weight")
-            n_vocab = emb.shape[1] if emb is not None else 0
-        return cls(
-            n_vocab=n_vocab, n_ctx_train=n_ctx_train, n_embd=n_embd, n_layer=n_layer,
-            n_ff=r.get("feed_forward_length", 0, kind=int), n_head=n_head, n_head_kv=n_head_kv,
-            head_dim_k=hd_k, head_dim_v=hd_v,
-            norm_eps=r.get("attention.layer_norm_rms_epsilon", 1e-5),
-            rope=read_rope(r, n_rot, rope_mode, n_ctx_train),
-            attn_scale=1.0 / math.sqrt(hd_k),
-            qk_norm=qk_norm, qkv_bias=qkv_bias,
-            tied_output="output.weight" not in f.tensors,
-        )
+        r, base, n_rot = read_base_hparams(f, default_eps=1e-5, default_ctx=4096)
+        return cls(**base, rope=read_rope(r, n_rot, rope_mode, base["n_ctx_train"]),
+                   attn_scale=1.0 / math.sqrt(base["head_dim_k"]), qk_norm=qk_norm, qkv_bias=qkv_bias)
 
     def kv_shapes(self):
         """Per layer (n_head_kv, head_dim_k, head_dim_v) of the KV cache."""
