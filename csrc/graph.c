@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "ops/rope_shift.h"
 
 #define ARENA_ALIGN 64
 /* Below this much work (about one element or multiply-add per unit) a node runs on thread 0:
@@ -85,6 +86,7 @@ static const char *op_names[LLMRT_OP_COUNT] = {
     [LLMRT_OP_GLU] = "glu",
     [LLMRT_OP_SOFTCAP] = "softcap",
     [LLMRT_OP_GET_ROWS_F32] = "get_rows_f32",
+    [LLMRT_OP_KV_STORE_PRE] = "kv_store_pre",
 };
 
 const char *llmrt_op_name(int op) {
@@ -429,6 +431,15 @@ int llmrt_graph_attention(llmrt_graph *g, int q_id, int k_id, int v_id, int laye
     st->src[0] = k;
     st->src[1] = v;
     st->op_params[0] = layer;
+    if (k->op == LLMRT_OP_ROPE) {
+        /* KV_STORE_PRE: the pre-RoPE keys for the streaming cache's shift (ops/rope_shift.h) */
+        llmrt_tensor *sp = new_tensor(g, LLMRT_TYPE_F32, LLMRT_OP_KV_STORE_PRE, 1, one, LLMRT_TOK_NONE);
+        if (sp == NULL || push_node(g, sp) != LLMRT_OK) return LLMRT_ENOMEM;
+        sp->src[0] = k->src[0];
+        sp->src[1] = k;
+        sp->src[2] = k->src[2];
+        sp->op_params[0] = layer;
+    }
     const int64_t ne[2] = { v->ne[0] * q->ne[1], q->tok_cap };
     llmrt_tensor *t = new_tensor(g, LLMRT_TYPE_F32, LLMRT_OP_ATTENTION, 2, ne, LLMRT_TOK_N);
     if (t == NULL || push_node(g, t) != LLMRT_OK) return LLMRT_ENOMEM;
@@ -667,6 +678,7 @@ static int64_t node_work(const llmrt_tensor *t) {
     case LLMRT_OP_MUL_MAT: return t->src[0]->ne[0] * nelements(t);
     case LLMRT_OP_ATTENTION: return INT64_MAX; /* grows with the cache: always shared */
     case LLMRT_OP_KV_STORE: return nelements(t->src[0]) + nelements(t->src[1]);
+    case LLMRT_OP_KV_STORE_PRE: return nelements(t->src[0]);
     case LLMRT_OP_ROPE: return 4 * nelements(t);
     default: return nelements(t);
     }
@@ -735,6 +747,7 @@ static void compute_forward(const llmrt_compute_params *p, llmrt_tensor *t) {
     case LLMRT_OP_ATTENTION: llmrt_compute_attention(p, t); break;
     case LLMRT_OP_GLU: llmrt_compute_glu(p, t); break;
     case LLMRT_OP_GET_ROWS_F32: llmrt_compute_get_rows_f32(p, t); break;
+    case LLMRT_OP_KV_STORE_PRE: llmrt_compute_kv_store_pre(p, t); break;
     default: break; /* NONE, INPUT, RESHAPE: nothing to compute */
     }
 }
@@ -792,9 +805,31 @@ static int check_run(const llmrt_graph *g, const llmrt_graph_inputs *in, const l
     return LLMRT_OK;
 }
 
+/* Attention's scratch depends on the cache's size (llama.cpp's padded n_kv), known only at run
+ * time: grow the per-thread scratch when a run needs more (once per larger cache, never per token). */
+static int ensure_wsize(llmrt_graph *g, const llmrt_kv_cache *cache) {
+    if (!g->has_attention || cache == NULL) return LLMRT_OK;
+    size_t ws = g->wstride;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i]->op != LLMRT_OP_ATTENTION) continue;
+        const size_t w = llmrt_attention_wsize_run(g->nodes[i], cache->n_ctx);
+        if (w > ws) ws = w;
+    }
+    if (ws <= g->wstride) return LLMRT_OK;
+    ws = align_up(ws, ARENA_ALIGN);
+    void *nw = NULL;
+    const int nth = llmrt_threadpool_n_threads(g->pool);
+    if (posix_memalign(&nw, ARENA_ALIGN, ws * (size_t)nth) != 0) return LLMRT_ENOMEM;
+    free(g->wdata);
+    g->wdata = nw;
+    g->wstride = ws;
+    return LLMRT_OK;
+}
+
 int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache *cache, float *out) {
     pthread_mutex_lock(&g->run_lock);
     int rc = check_run(g, in, cache);
+    if (rc == LLMRT_OK) rc = ensure_wsize(g, cache);
     if (rc != LLMRT_OK || out == NULL) {
         pthread_mutex_unlock(&g->run_lock);
         return rc != LLMRT_OK ? rc : LLMRT_EINVAL;

@@ -1,7 +1,9 @@
 /*
- * kv_cache.c — allocation and bookkeeping of the KV cache (see kv_cache.h for the layout).
- * Attention and the graph run read and write the cells; this file owns the memory and the
- * counters (n_used, n_pending). Eviction and shift-RoPE will live here too.
+ * kv_cache.c — the KV cache: allocation, bookkeeping (n_used, n_pending) and the streaming
+ * operations (see kv_cache.h): eviction after the n_keep sinks, and shift-RoPE that recomputes
+ * each moved key from its exact pre-RoPE master copy, so shifts never accumulate error.
+ * Attention and the graph run read and write the cells; the rotation arithmetic is rope.c's
+ * (llmrt_rope_cache_init / llmrt_rope_apply), exactly what the graph's rope node computes.
  */
 #include "llmrt/kv_cache.h"
 
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "llmrt/llmrt.h"
+#include "ops/ops.h"
 
 static size_t elem_size(const llmrt_kv_cache *c) {
     return c->type == LLMRT_TYPE_F16 ? sizeof(llmrt_fp16_t) : sizeof(float);
@@ -22,8 +25,59 @@ size_t llmrt_kv_cache_v_cell_bytes(const llmrt_kv_cache *c, int l) {
     return (size_t)c->n_head_kv[l] * (size_t)c->hd_v[l] * elem_size(c);
 }
 
+/* Floats of one cell of layer l's master keys. */
+static size_t kpre_cell_floats(const llmrt_kv_cache *c, int l) {
+    return (size_t)c->n_head_kv[l] * (size_t)c->hd_k[l];
+}
+
+static int max_hd_k(const llmrt_kv_cache *c) {
+    int m = 1;
+    for (int l = 0; l < c->n_layer; l++) {
+        if (c->hd_k[l] > m) m = c->hd_k[l];
+    }
+    return m;
+}
+
+size_t llmrt_kv_cache_nbytes(const llmrt_kv_cache *c) {
+    size_t n = (size_t)c->n_ctx * sizeof(int32_t);
+    for (int l = 0; l < c->n_layer; l++) {
+        n += (size_t)c->n_ctx * (llmrt_kv_cache_k_cell_bytes(c, l) + llmrt_kv_cache_v_cell_bytes(c, l));
+        if (c->k_pre != NULL) {
+            n += (size_t)c->n_ctx * kpre_cell_floats(c, l) * sizeof(float);
+            n += (size_t)(c->hd_k[l] / 2 + 1) * sizeof(float);
+        }
+    }
+    if (c->k_pre != NULL) {
+        n += (size_t)c->n_layer * (sizeof(llmrt_kv_rope) + 2);
+        n += (size_t)2 * (size_t)max_hd_k(c) * sizeof(float);
+    }
+    return n;
+}
+
+static void free_shift(llmrt_kv_cache *c) {
+    if (c->k_pre != NULL) {
+        for (int l = 0; l < c->n_layer; l++) free(c->k_pre[l]);
+    }
+    if (c->rope_ff != NULL) {
+        for (int l = 0; l < c->n_layer; l++) free(c->rope_ff[l]);
+    }
+    free(c->k_pre);
+    free(c->rope_ff);
+    free(c->rope);
+    free(c->has_rope);
+    free(c->has_ff);
+    free(c->scratch);
+    c->k_pre = NULL;
+    c->rope_ff = NULL;
+    c->rope = NULL;
+    c->has_rope = NULL;
+    c->has_ff = NULL;
+    c->scratch = NULL;
+}
+
 void llmrt_kv_cache_free(llmrt_kv_cache *c) {
     if (c == NULL) return;
+    free_shift(c);
     if (c->k != NULL) {
         for (int l = 0; l < c->n_layer; l++) free(c->k[l]);
     }
@@ -90,5 +144,178 @@ int llmrt_kv_cache_truncate(llmrt_kv_cache *c, int n_used) {
     if (n_used < 0 || n_used > c->n_used) return LLMRT_EINVAL;
     c->n_used = n_used;
     c->n_pending = 0;
+    return LLMRT_OK;
+}
+
+/* ---- streaming ------------------------------------------------------------------------------ */
+
+int llmrt_kv_cache_enable_shift(llmrt_kv_cache *c) {
+    if (c->k_pre != NULL) return LLMRT_OK;
+    if (c->n_used != 0 || c->n_pending != 0) return LLMRT_EINVAL;
+    const int L = c->n_layer;
+    c->k_pre = (float **)calloc((size_t)L, sizeof(float *));
+    c->rope_ff = (float **)calloc((size_t)L, sizeof(float *));
+    c->rope = (llmrt_kv_rope *)calloc((size_t)L, sizeof(llmrt_kv_rope));
+    c->has_rope = (uint8_t *)calloc((size_t)L, 1);
+    c->has_ff = (uint8_t *)calloc((size_t)L, 1);
+    c->scratch = (float *)calloc((size_t)2 * (size_t)max_hd_k(c), sizeof(float));
+    if (!c->k_pre || !c->rope_ff || !c->rope || !c->has_rope || !c->has_ff || !c->scratch) {
+        free_shift(c);
+        return LLMRT_ENOMEM;
+    }
+    for (int l = 0; l < L; l++) {
+        c->k_pre[l] = (float *)calloc((size_t)c->n_ctx * kpre_cell_floats(c, l), sizeof(float));
+        c->rope_ff[l] = (float *)calloc((size_t)(c->hd_k[l] / 2 + 1), sizeof(float));
+        if (c->k_pre[l] == NULL || c->rope_ff[l] == NULL) {
+            free_shift(c);
+            return LLMRT_ENOMEM;
+        }
+    }
+    return LLMRT_OK;
+}
+
+int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_kv_rope *rp, const float *ff) {
+    if (c->k_pre == NULL || l < 0 || l >= c->n_layer || rp == NULL) return LLMRT_EINVAL;
+    if (rp->n_rot < 2 || rp->n_rot % 2 != 0 || rp->n_rot > c->hd_k[l]) return LLMRT_EINVAL;
+    c->rope[l] = *rp;
+    c->has_ff[l] = ff != NULL;
+    if (ff != NULL) memcpy(c->rope_ff[l], ff, (size_t)(rp->n_rot / 2) * sizeof(float));
+    c->has_rope[l] = 1;
+    return LLMRT_OK;
+}
+
+int llmrt_kv_cache_evict(llmrt_kv_cache *c, int n_keep, int n_discard) {
+    if (n_keep < 0 || n_discard < 1 || c->n_pending != 0) return LLMRT_EINVAL;
+    if (n_keep > c->n_used - n_discard) return LLMRT_EINVAL;
+    const int src = n_keep + n_discard;
+    const int n_move = c->n_used - src;
+    for (int l = 0; l < c->n_layer; l++) {
+        const size_t kc = llmrt_kv_cache_k_cell_bytes(c, l), vc = llmrt_kv_cache_v_cell_bytes(c, l);
+        char *k = (char *)c->k[l], *v = (char *)c->v[l];
+        memmove(k + (size_t)n_keep * kc, k + (size_t)src * kc, (size_t)n_move * kc);
+        memmove(v + (size_t)n_keep * vc, v + (size_t)src * vc, (size_t)n_move * vc);
+        if (c->k_pre != NULL) {
+            const size_t pc = kpre_cell_floats(c, l);
+            float *kp = c->k_pre[l];
+            memmove(kp + (size_t)n_keep * pc, kp + (size_t)src * pc, (size_t)n_move * pc * sizeof(float));
+        }
+    }
+    for (int i = 0; i < n_move; i++) {
+        /* int64 arithmetic: positions are caller data, never overflow */
+        const int64_t p = (int64_t)c->pos[src + i] - n_discard;
+        c->pos[n_keep + i] = (int32_t)(p < INT32_MIN ? INT32_MIN : p);
+    }
+    c->n_used -= n_discard;
+    return LLMRT_OK;
+}
+
+static void rope_params_of(const llmrt_kv_rope *k, llmrt_rope_params *rp) {
+    rp->n_rot = k->n_rot;
+    rp->mode = k->mode;
+    rp->n_ctx_orig = k->n_ctx_orig;
+    rp->freq_base = k->freq_base;
+    rp->freq_scale = k->freq_scale;
+    rp->ext_factor = k->ext_factor;
+    rp->attn_factor = k->attn_factor;
+    rp->beta_fast = k->beta_fast;
+    rp->beta_slow = k->beta_slow;
+}
+
+/* Do layers a and b rotate their keys identically (so one cos/sin cache serves both)? */
+static int same_rope(const llmrt_kv_cache *c, int a, int b) {
+    const llmrt_kv_rope *x = &c->rope[a], *y = &c->rope[b];
+    if (x->n_rot != y->n_rot || x->mode != y->mode || x->n_ctx_orig != y->n_ctx_orig ||
+        x->freq_base != y->freq_base || x->freq_scale != y->freq_scale ||
+        x->ext_factor != y->ext_factor || x->attn_factor != y->attn_factor ||
+        x->beta_fast != y->beta_fast || x->beta_slow != y->beta_slow) {
+        return 0;
+    }
+    if (c->has_ff[a] != c->has_ff[b]) return 0;
+    return !c->has_ff[a] || memcmp(c->rope_ff[a], c->rope_ff[b], (size_t)(x->n_rot / 2) * sizeof(float)) == 0;
+}
+
+/* Working K of one cell of layer l := RoPE(master) with the cos/sin cache `cs`. */
+static void rerope_cell(llmrt_kv_cache *c, int l, int cell, const float *cs, float *tmp) {
+    const int hd = c->hd_k[l], nkv = c->n_head_kv[l];
+    const llmrt_kv_rope *rp = &c->rope[l];
+    const float *x = c->k_pre[l] + (size_t)cell * kpre_cell_floats(c, l);
+    if (c->type == LLMRT_TYPE_F16) {
+        llmrt_fp16_t *kh = (llmrt_fp16_t *)c->k[l] + (size_t)cell * kpre_cell_floats(c, l);
+        for (int h = 0; h < nkv; h++) {
+            llmrt_rope_apply(cs, rp->n_rot, rp->mode, hd, x + (size_t)h * hd, tmp);
+            for (int e = 0; e < hd; e++) kh[(size_t)h * hd + e] = llmrt_fp32_to_fp16(tmp[e]);
+        }
+    } else {
+        float *kf = (float *)c->k[l] + (size_t)cell * kpre_cell_floats(c, l);
+        for (int h = 0; h < nkv; h++) {
+            llmrt_rope_apply(cs, rp->n_rot, rp->mode, hd, x + (size_t)h * hd, kf + (size_t)h * hd);
+        }
+    }
+}
+
+int llmrt_kv_cache_rerope(llmrt_kv_cache *c, int c0, int c1) {
+    if (c0 < 0 || c1 < c0 || c1 > c->n_used) return LLMRT_EINVAL;
+    if (c->k_pre == NULL) return LLMRT_EINVAL;
+    if (c0 == c1) return LLMRT_OK;
+    const int L = c->n_layer;
+    float *cs = c->scratch;                     /* [n_rot] cos/sin pairs */
+    float *tmp = c->scratch + max_hd_k(c);      /* [hd_k] one rotated head */
+    for (int g = 0; g < L; g++) {
+        if (!c->has_rope[g]) continue;
+        int leader = 1;                          /* g is the first layer of its rope group */
+        for (int a = 0; a < g && leader; a++) {
+            if (c->has_rope[a] && same_rope(c, a, g)) leader = 0;
+        }
+        if (!leader) continue;
+        llmrt_rope_params rp;
+        rope_params_of(&c->rope[g], &rp);
+        float corr_dims[2];
+        llmrt_rope_yarn_corr_dims(rp.n_rot, rp.n_ctx_orig, rp.freq_base, rp.beta_fast, rp.beta_slow,
+                                  corr_dims);
+        const float *ff = c->has_ff[g] ? c->rope_ff[g] : NULL;
+        for (int cell = c0; cell < c1; cell++) {
+            llmrt_rope_cache_init((float)c->pos[cell], &rp, ff, corr_dims, 1.0f, cs);
+            for (int l = g; l < L; l++) {
+                if (l == g || (c->has_rope[l] && same_rope(c, l, g))) rerope_cell(c, l, cell, cs, tmp);
+            }
+        }
+    }
+    return LLMRT_OK;
+}
+
+int llmrt_kv_cache_shift(llmrt_kv_cache *c, int n_keep, int n_discard) {
+    if (c->k_pre == NULL) return LLMRT_EINVAL;
+    const int rc = llmrt_kv_cache_evict(c, n_keep, n_discard);
+    if (rc != LLMRT_OK) return rc;
+    return llmrt_kv_cache_rerope(c, n_keep, c->n_used);
+}
+
+int llmrt_kv_cache_copy(llmrt_kv_cache *dst, const llmrt_kv_cache *src) {
+    if (dst == src) return LLMRT_OK;
+    if (dst->n_layer != src->n_layer || dst->n_ctx != src->n_ctx || dst->type != src->type) {
+        return LLMRT_EINVAL;
+    }
+    if ((dst->k_pre == NULL) != (src->k_pre == NULL)) return LLMRT_EINVAL;
+    for (int l = 0; l < src->n_layer; l++) {
+        if (dst->n_head_kv[l] != src->n_head_kv[l] || dst->hd_k[l] != src->hd_k[l] ||
+            dst->hd_v[l] != src->hd_v[l]) {
+            return LLMRT_EINVAL;
+        }
+    }
+    const size_t n = (size_t)src->n_ctx;
+    for (int l = 0; l < src->n_layer; l++) {
+        memcpy(dst->k[l], src->k[l], n * llmrt_kv_cache_k_cell_bytes(src, l));
+        memcpy(dst->v[l], src->v[l], n * llmrt_kv_cache_v_cell_bytes(src, l));
+        if (src->k_pre != NULL) {
+            memcpy(dst->k_pre[l], src->k_pre[l], n * kpre_cell_floats(src, l) * sizeof(float));
+            memcpy(dst->rope_ff[l], src->rope_ff[l], (size_t)(src->hd_k[l] / 2 + 1) * sizeof(float));
+            dst->rope[l] = src->rope[l];
+            dst->has_rope[l] = src->has_rope[l];
+            dst->has_ff[l] = src->has_ff[l];
+        }
+    }
+    memcpy(dst->pos, src->pos, n * sizeof(int32_t));
+    dst->n_used = src->n_used;
+    dst->n_pending = 0;
     return LLMRT_OK;
 }

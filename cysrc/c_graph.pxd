@@ -9,6 +9,17 @@ cdef extern from "llmrt/threadpool.h" nogil:
     int llmrt_threadpool_n_threads(const llmrt_threadpool *tp)
 
 cdef extern from "llmrt/kv_cache.h" nogil:
+    ctypedef struct llmrt_kv_rope:
+        int n_rot
+        int mode
+        int n_ctx_orig
+        float freq_base
+        float freq_scale
+        float ext_factor
+        float attn_factor
+        float beta_fast
+        float beta_slow
+
     ctypedef struct llmrt_kv_cache:
         int n_layer
         int n_ctx
@@ -21,6 +32,11 @@ cdef extern from "llmrt/kv_cache.h" nogil:
         int32_t *pos
         int n_used
         int n_pending
+        float **k_pre
+        llmrt_kv_rope *rope
+        float **rope_ff
+        unsigned char *has_rope
+        unsigned char *has_ff
 
     llmrt_kv_cache *llmrt_kv_cache_new(int n_layer, int n_ctx, const int *n_head_kv,
                                        const int *hd_k, const int *hd_v, int type)
@@ -30,6 +46,13 @@ cdef extern from "llmrt/kv_cache.h" nogil:
     void llmrt_kv_cache_clear(llmrt_kv_cache *c)
     int llmrt_kv_cache_prepare(llmrt_kv_cache *c, int n)
     int llmrt_kv_cache_truncate(llmrt_kv_cache *c, int n_used)
+    size_t llmrt_kv_cache_nbytes(const llmrt_kv_cache *c)
+    int llmrt_kv_cache_enable_shift(llmrt_kv_cache *c)
+    int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_kv_rope *rp, const float *ff)
+    int llmrt_kv_cache_evict(llmrt_kv_cache *c, int n_keep, int n_discard)
+    int llmrt_kv_cache_rerope(llmrt_kv_cache *c, int c0, int c1)
+    int llmrt_kv_cache_shift(llmrt_kv_cache *c, int n_keep, int n_discard)
+    int llmrt_kv_cache_copy(llmrt_kv_cache *dst, const llmrt_kv_cache *src)
 
 cdef extern from "llmrt/graph.h" nogil:
     enum:
@@ -51,6 +74,7 @@ cdef extern from "llmrt/graph.h" nogil:
         LLMRT_OP_GLU
         LLMRT_OP_SOFTCAP
         LLMRT_OP_GET_ROWS_F32
+        LLMRT_OP_KV_STORE_PRE
         LLMRT_OP_COUNT
     enum:
         LLMRT_TOK_NONE

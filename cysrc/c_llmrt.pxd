@@ -49,5 +49,8 @@ cdef extern from "llmrt/llmrt.h" nogil:
         const char *vec_dot_name[40]
         llmrt_quant_row_fn quant_act_row[40]
         const char *quant_act_row_name[40]
+        const char *vec_swiglu_name
+        const char *vec_silu_name
+        const char *vec_soft_max_name
 
     const llmrt_kernel_table *llmrt_kernels()

@@ -70,6 +70,13 @@ def kernel_names():
     return out
 
 
+def vec_kernel_names():
+    """{entry: kernel name} for the kernel table's vector-math entries (swiglu, silu, soft_max)."""
+    cdef const llmrt_kernel_table *kt = llmrt_kernels()
+    return {"vec_swiglu": kt.vec_swiglu_name.decode(), "vec_silu": kt.vec_silu_name.decode(),
+            "vec_soft_max": kt.vec_soft_max_name.decode()}
+
+
 def type_traits(int type_id):
     """(name, block size, bytes per block, is_quantized, vec_dot_type) or None if unsupported."""
     cdef const llmrt_type_traits *tt = llmrt_type_traits_get(type_id)

@@ -168,6 +168,92 @@ cdef class KVCache:
             raise ValueError(f"[kv_cache] truncate: n_used must be in [0, {self.c.n_used}], got {n_used}")
         llmrt_kv_cache_truncate(self.c, n_used)
 
+    # ---- streaming (see csrc/include/llmrt/kv_cache.h) --------------------------------------
+
+    @property
+    def nbytes(self):
+        """Bytes the cache allocated (K, V, positions and, with shift, the master keys)."""
+        return llmrt_kv_cache_nbytes(self.c)
+
+    @property
+    def has_shift(self):
+        """True once enable_shift() has allocated the pre-RoPE master keys."""
+        return self.c.k_pre != NULL
+
+    def enable_shift(self):
+        """Keep an f32 copy of every key before RoPE (filled by graph runs), so that shift()
+        recomputes moved keys as one rotation of the exact master: no drift. Empty cache only."""
+        rc = llmrt_kv_cache_enable_shift(self.c)
+        if rc == LLMRT_ENOMEM:
+            raise MemoryError("[kv_cache] enable_shift: out of memory")
+        if rc < 0:
+            raise ValueError(f"[kv_cache] enable_shift: the cache must be empty (n_used "
+                             f"{self.c.n_used})")
+
+    def _check_evict(self, str op, int n_keep, int n_discard):
+        if self.c.n_pending:
+            raise ValueError(f"[kv_cache] {op}: {self.c.n_pending} cells are reserved for a run")
+        if n_keep < 0 or n_discard < 1 or n_keep + n_discard > self.c.n_used:
+            raise ValueError(f"[kv_cache] {op}: need 0 <= n_keep ({n_keep}), 1 <= n_discard "
+                             f"({n_discard}) and n_keep + n_discard <= n_used ({self.c.n_used})")
+
+    def evict(self, int n_keep, int n_discard):
+        """Drop cells [n_keep, n_keep + n_discard); later cells move down and their positions
+        drop by n_discard. Keys are NOT re-rotated (see shift())."""
+        self._check_evict("evict", n_keep, n_discard)
+        llmrt_kv_cache_evict(self.c, n_keep, n_discard)
+
+    def rerope(self, int c0=0, c1=None):
+        """Working K of cells [c0, c1) := RoPE(master key, the cell's position), per layer with
+        the rope parameters the graph registered. Needs enable_shift()."""
+        cdef int e = self.c.n_used if c1 is None else c1
+        if not self.has_shift:
+            raise ValueError("[kv_cache] rerope: no master keys (call enable_shift() first)")
+        if c0 < 0 or e < c0 or e > self.c.n_used:
+            raise ValueError(f"[kv_cache] rerope: cells [{c0}, {e}) not within [0, {self.c.n_used})")
+        llmrt_kv_cache_rerope(self.c, c0, e)
+
+    def shift(self, int n_keep, int n_discard):
+        """evict(n_keep, n_discard), then re-rope the moved cells from their master keys."""
+        if not self.has_shift:
+            raise ValueError("[kv_cache] shift: no master keys (call enable_shift() first)")
+        self._check_evict("shift", n_keep, n_discard)
+        llmrt_kv_cache_shift(self.c, n_keep, n_discard)
+
+    def copy_from(self, KVCache other):
+        """Make this cache an exact copy of `other` (same shapes, dtype and shift setting)."""
+        rc = llmrt_kv_cache_copy(self.c, other.c)
+        if rc < 0:
+            raise ValueError(f"[kv_cache] copy_from: {other!r} does not have this cache's shapes, "
+                             f"dtype and shift setting ({self!r}, shift {self.has_shift})")
+
+    def k_pre(self, int layer):
+        """Master (pre-RoPE) keys of the used cells, f32 [n_used, n_head_kv, hd_k] (a copy)."""
+        self._check_layer(layer)
+        if not self.has_shift:
+            raise ValueError("[kv_cache] k_pre: no master keys (call enable_shift() first)")
+        cdef int n = self.c.n_used
+        cdef int nkv = self.c.n_head_kv[layer]
+        cdef int hd = self.c.hd_k[layer]
+        out = np.empty(max(n, 1) * nkv * hd, dtype=np.float32)
+        cdef float[::1] o = out
+        memcpy(&o[0], self.c.k_pre[layer], <size_t>n * nkv * hd * sizeof(float))
+        return out[:n * nkv * hd].reshape(n, nkv, hd)
+
+    def rope_params(self, int layer):
+        """The key RoPE a graph run registered for `layer` (a dict), or None."""
+        self._check_layer(layer)
+        if not self.has_shift or not self.c.has_rope[layer]:
+            return None
+        cdef llmrt_kv_rope r = self.c.rope[layer]
+        d = dict(n_rot=r.n_rot, mode=r.mode, n_ctx_orig=r.n_ctx_orig, freq_base=r.freq_base,
+                 freq_scale=r.freq_scale, ext_factor=r.ext_factor, attn_factor=r.attn_factor,
+                 beta_fast=r.beta_fast, beta_slow=r.beta_slow, freq_factors=None)
+        if self.c.has_ff[layer]:
+            d["freq_factors"] = np.array([self.c.rope_ff[layer][i] for i in range(r.n_rot // 2)],
+                                         dtype=np.float32)
+        return d
+
     def __repr__(self):
         return (f"KVCache(n_layer={self.c.n_layer}, n_ctx={self.c.n_ctx}, n_used={self.c.n_used}, "
                 f"dtype={self.dtype!r})")

@@ -217,11 +217,17 @@ class ChatSession:
     model: has `tokenizer`, `metadata` and `new_session(ctx_size=None)`. system: an optional
     system prompt. template: None (the model's), a built-in name, a file path or Jinja source.
     max_new_tokens: per answer (-1: until an end-of-generation token). sampling: Sampler
-    parameters (temperature, top_k, ..., seed) or `sampler=`."""
+    parameters (temperature, top_k, ..., seed) or `sampler=`.
+
+    The conversation lives in a streaming KV cache (llmrt.model.Session): it runs for as many
+    turns as you like; when the cache is full the oldest unpinned tokens are evicted. n_keep:
+    pinned tokens, an int or "auto" (BOS plus the system prompt, the default); n_discard and
+    kv_mode as Session's (None: the session's default)."""
 
     def __init__(self, model, system: str | None = None, template=None, *, session=None,
                  ctx_size: int | None = None, max_new_tokens: int = -1,
-                 stop: Sequence[str] = (), **sampling):
+                 stop: Sequence[str] = (), n_keep="auto", n_discard: int = -1,
+                 kv_mode: str | None = None, ignore_eos: bool = False, **sampling):
         if getattr(model, "tokenizer", None) is None:
             raise ValueError("[chat] this model has no tokenizer (GGUF without a vocabulary)")
         self.model = model
@@ -230,10 +236,23 @@ class ChatSession:
                          else ChatTemplate.for_model(model, template))
         self.system = system
         self.sampler = make_sampler(**sampling)
+        if n_keep != "auto" and (isinstance(n_keep, bool) or not isinstance(n_keep, int)):
+            raise ValueError(f"[chat] n_keep must be an integer or 'auto', got {n_keep!r}")
         if session is None:
-            session = model.new_session(ctx_size=ctx_size) if ctx_size else model.new_session()
+            kw = {"ctx_size": ctx_size} if ctx_size else {}
+            if n_discard != -1:
+                kw["n_discard"] = n_discard
+            if kv_mode is not None:
+                kw["kv_mode"] = kv_mode
+            session = model.new_session(**kw)
         self.session = session
+        # Pinned tokens of the streaming cache: an int, or "auto" = BOS plus the system prompt
+        # (set on the session at the first turn, see _pin). Sessions without n_keep ignore it.
+        self.n_keep = n_keep
+        if n_keep != "auto" and hasattr(session, "n_keep"):
+            session.n_keep = n_keep
         self.max_new_tokens = max_new_tokens
+        self.ignore_eos = ignore_eos
         self.stop = list(stop)
         self.messages: list[dict] = []
         self.last_result: GenerationResult | None = None
@@ -254,12 +273,54 @@ class ChatSession:
         return self.template.render(self.messages if messages is None else messages,
                                     add_generation_prompt=add_generation_prompt)
 
+    def _pin(self, ids: list[int]):
+        """n_keep "auto": pin BOS plus the system prompt (the ids the conversation shares with
+        the rendering of the system message alone), so evictions never cut them."""
+        sess = self.session
+        if self.n_keep != "auto" or not hasattr(sess, "n_keep") or \
+                getattr(sess, "kv_mode", None) == "window":
+            return
+        bos = getattr(self.tokenizer, "bos_id", None)
+        has_bos = bos is not None and bos >= 0 and bool(ids) and ids[0] == bos
+        n = 1 if has_bos else 0
+        if self.system is not None:
+            try:
+                sys_ids = encode_chat(self.tokenizer, self.template.render(
+                    [{"role": "system", "content": self.system}], add_generation_prompt=False))
+                n = max(n, _common_prefix(sys_ids, ids))
+            except ValueError:          # a template that wants a user turn after the system one
+                pass
+        if n == 0:
+            n = 4                       # no BOS, no system prompt: StreamingLLM's 4 sinks
+        room = sess.n_ctx - n
+        if room < 1:
+            raise ValueError(f"[chat] the system prompt takes {n} tokens (pinned with --n-keep auto) "
+                             f"and leaves no room in a context of {sess.n_ctx}: raise --ctx-size")
+        n = min(n, sess.n_ctx - 1)
+        if sess.n_keep != n:
+            if getattr(sess, "n_discard", -1) > sess.n_ctx - n:
+                sess.n_discard = -1
+            sess.n_keep = n
+
+    def _check_fits(self, n_new: int):
+        """A turn whose new tokens cannot fit beside the pinned ones: a clear error."""
+        sess = self.session
+        n_ctx, n_keep = getattr(sess, "n_ctx", None), getattr(sess, "n_keep", None)
+        if n_ctx is None or n_keep is None or getattr(sess, "kv_mode", "none") == "none":
+            return
+        if n_new > n_ctx - n_keep:
+            raise ValueError(f"[chat] this turn adds {n_new} tokens, more than the context of "
+                             f"{n_ctx} holds beside the {n_keep} pinned tokens: shorten the message "
+                             f"or raise --ctx-size")
+
     def _feed(self, ids: list[int]):
         """Evaluate what the cache lacks of `ids` -> (logits of the last id, the ids fed)."""
         sess = self.session
+        self._pin(ids)
         cache = list(sess.tokens)
         n = _common_prefix(cache, ids)
         if n == len(cache) and n < len(ids):
+            self._check_fits(len(ids) - n)
             return sess.eval(ids[n:]), ids[n:]
         # The cache is not a prefix of the conversation. If the session evicted tokens (context
         # shift) but holds exactly what we fed it last time, the conversation we fed is still
@@ -268,6 +329,7 @@ class ChatSession:
         if (hist is not None and len(hist) < len(ids)
                 and getattr(sess, "n_past", None) == self._n_past_after
                 and _common_prefix(hist, ids) == len(hist)):
+            self._check_fits(len(ids) - len(hist))
             return sess.eval(ids[len(hist):]), ids[len(hist):]
         return _prefill_from(sess, ids, n)
 
@@ -288,7 +350,8 @@ class ChatSession:
         limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         try:
             decode(self.session, logits, self.tokenizer, self.sampler, list(ids),
-                   streamer=streamer, max_new_tokens=limit, stop=self.stop, result=res)
+                   streamer=streamer, max_new_tokens=limit, stop=self.stop, result=res,
+                   ignore_eos=self.ignore_eos)
             self._hist = ids + res.ids[:res.n_eval]
             self._n_past_after = getattr(self.session, "n_past", None)
         finally:

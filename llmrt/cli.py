@@ -137,6 +137,43 @@ _SAMPLING_OPTIONS = [
 ]
 
 
+_CACHE_OPTIONS = [
+    click.option("--n-keep", "--keep", "n_keep", default=None, metavar="N|auto",
+                 help="Tokens pinned at the start of the streaming KV cache (attention sinks): "
+                      "an integer, or auto = BOS plus the system prompt [chat: auto, "
+                      "generate: 4]."),
+    click.option("--n-discard", type=int, default=-1, show_default=True,
+                 help="Tokens evicted after the pinned ones when the cache is full "
+                      "(-1: half of the unpinned ones)."),
+    click.option("--kv-mode", type=click.Choice(["shift", "recompute", "window", "none"]),
+                 default="shift", show_default=True,
+                 help="On eviction: shift-RoPE the kept keys (shift), re-evaluate the kept tokens "
+                      "(recompute), shift without sinks (window), or stop with an error (none)."),
+]
+
+
+def _cache_options(fn):
+    for opt in reversed(_CACHE_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+def _parse_keep(value, default):
+    """--n-keep: None -> default; "auto"; or a non-negative integer."""
+    if value is None:
+        return default
+    if str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except ValueError:
+        raise click.BadParameter(f"expected an integer or 'auto', got {value!r}",
+                                 param_hint="--n-keep") from None
+    if n < 0:
+        raise click.BadParameter(f"must be >= 0 or 'auto', got {n}", param_hint="--n-keep")
+    return n
+
+
 def _sampling_options(fn):
     for opt in reversed(_SAMPLING_OPTIONS):
         fn = opt(fn)
@@ -169,6 +206,17 @@ def _load_model(name, threads, ctx_size):
     return model
 
 
+def _log_cache(sess, keep) -> None:
+    """One line: the streaming cache's mode, ctx, n_keep, n_discard."""
+    describe = getattr(sess, "describe", None)
+    if describe is None:
+        return
+    line = describe()
+    if keep == "auto":
+        line = line.replace(f"n_keep {sess.n_keep}", "n_keep auto (BOS + system prompt)")
+    _log(line)
+
+
 def _read_turns(interactive: bool):
     """User lines: from a `> ` prompt on a terminal (Ctrl-C or EOF there ends the session),
     else one line of stdin per turn, no prompt."""
@@ -197,9 +245,12 @@ def _read_turns(interactive: bool):
 @click.option("--chat-template", default=None, metavar="FILE",
               help="Jinja chat template file (or a built-in: chatml, gemma, llama2, llama3) "
                    "instead of the model's.")
+@click.option("--ignore-eos", is_flag=True, help="Do not stop answers at end-of-generation tokens.")
+@_cache_options
 @_sampling_options
 @friendly_errors
-def chat(model, system, n_predict, chat_template, threads, ctx_size, **sampling):
+def chat(model, system, n_predict, chat_template, ignore_eos, n_keep, n_discard, kv_mode, threads,
+         ctx_size, **sampling):
     """Chat with MODEL (default: smollm2-135m-instruct). Answers stream as they are generated;
     /reset starts over, /quit or /exit (or EOF) leaves, Ctrl-C stops an answer. With stdin
     not a terminal, each line is one user turn and nothing but the answers is printed."""
@@ -208,8 +259,12 @@ def chat(model, system, n_predict, chat_template, threads, ctx_size, **sampling)
 
     interactive = sys.stdin.isatty()
     m = _load_model(model, threads, ctx_size)
+    keep = _parse_keep(n_keep, "auto")
     cs = ChatSession(m, system=system, template=chat_template, max_new_tokens=n_predict,
+                     n_keep=keep, n_discard=n_discard,
+                     kv_mode=None if kv_mode == "shift" else kv_mode, ignore_eos=ignore_eos,
                      **sampling)
+    _log_cache(cs.session, keep)
     _log(f"chat template: {cs.template.name}")
     _log(f"sampling: {cs.sampler!r}")
     if interactive:
@@ -236,6 +291,17 @@ def chat(model, system, n_predict, chat_template, threads, ctx_size, **sampling)
             _log(f"error: {e} (/reset starts over)")
 
 
+def _new_session(m, n_keep, n_discard, kv_mode):
+    """A streaming session; models whose new_session takes no cache arguments (test doubles)
+    get a plain one when the defaults are asked for."""
+    try:
+        return m.new_session(n_keep=n_keep, n_discard=n_discard, kv_mode=kv_mode)
+    except TypeError:
+        if (n_keep, n_discard, kv_mode) != (4, -1, "shift"):
+            raise
+        return m.new_session()
+
+
 @main.command()
 @click.argument("model", required=False)
 @click.option("-p", "--prompt", default=None, help="The prompt.")
@@ -246,10 +312,11 @@ def chat(model, system, n_predict, chat_template, threads, ctx_size, **sampling)
 @click.option("--ignore-eos", is_flag=True, help="Do not stop at end-of-generation tokens.")
 @click.option("--stop", multiple=True, metavar="TEXT",
               help="Stop before this text (repeatable); it is not printed.")
+@_cache_options
 @_sampling_options
 @friendly_errors
-def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, threads, ctx_size,
-             **sampling):
+def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_discard, kv_mode,
+             threads, ctx_size, **sampling):
     """Continue a prompt (-p PROMPT or -f FILE) with MODEL and stream the continuation."""
     import time
 
@@ -265,7 +332,12 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, threads, c
     sampler = make_sampler(**sampling)
     _log(f"sampling: {sampler!r}")
     ids = m.tokenizer.encode(prompt, add_special=True, parse_special=True)
-    sess = m.new_session()
+    keep = _parse_keep(n_keep, 4)
+    if keep == "auto":                 # no system prompt here: BOS if the prompt has one
+        bos = getattr(m.tokenizer, "bos_id", None)
+        keep = 1 if ids and bos is not None and ids[0] == bos else 4
+    sess = _new_session(m, keep, n_discard, kv_mode)
+    _log_cache(sess, None)
     streamer = TextStreamer(m.tokenizer, skip_prompt=True)
     t0 = time.perf_counter()
     logits = prefill(sess, ids)
@@ -282,3 +354,85 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, threads, c
     _log(f"prompt {len(ids)} tokens in {t1 - t0:.2f} s ({len(ids) / max(t1 - t0, 1e-9):.1f} t/s), "
          f"generated {n} in {t2 - t1:.2f} s ({n / max(t2 - t1, 1e-9):.1f} t/s), "
          f"stop: {res.finish_reason}")
+
+
+# ---- perplexity ---------------------------------------------------------------------------------
+# Default: llama-perplexity's protocol (llmrt/perplexity.py), so the numbers compare with
+# llama.cpp's. With --kv-mode: StreamingLLM's evaluation through the streaming cache.
+
+@main.command()
+@click.argument("model")
+@click.option("-f", "--file", "text_file", required=True, metavar="FILE",
+              help="Text to score (UTF-8; one trailing newline is dropped, as llama.cpp does).")
+@click.option("-c", "--ctx-size", type=int, default=512, show_default=True,
+              help="Chunk size (dense) or cache size (--kv-mode) in tokens.")
+@click.option("--max-tokens", type=int, default=None,
+              help="Score only the first N tokens of the text.")
+@click.option("--kv-mode", type=click.Choice(["shift", "recompute", "window"]), default=None,
+              help="Stream the text through the streaming cache with this eviction mode "
+                   "(default: llama-perplexity's chunks, no eviction).")
+@click.option("--n-keep", "--keep", "n_keep", type=int, default=4, show_default=True,
+              help="--kv-mode: attention-sink tokens kept at the start of the cache.")
+@click.option("--n-discard", type=int, default=-1, show_default=True,
+              help="--kv-mode: cells evicted when the cache is full (-1: half of the rest).")
+@click.option("--batch", "batch", type=int, default=1, show_default=True,
+              help="--kv-mode: tokens per evaluation (1: token by token, as StreamingLLM).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object with the results as the last line.")
+@click.option("--nll-csv", default=None, metavar="FILE", help="Write position,token,nll to FILE.")
+@click.option("--plot", default=None, metavar="FILE.png",
+              help="Draw NLL over position to FILE.png (needs matplotlib: llmrt[plot]).")
+@click.option("-t", "--threads", type=int, default=None,
+              help="Threads (default: the number of physical cores).")
+@friendly_errors
+def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discard, batch,
+               as_json, nll_csv, plot, threads):
+    """Perplexity of MODEL on the text of FILE.
+
+    By default llama-perplexity's protocol: chunks of --ctx-size tokens, each from an empty
+    cache with BOS first (when the model adds BOS), NLL over the second half of each chunk.
+    With --kv-mode the whole text streams through one cache of --ctx-size cells that evicts
+    as it goes, and every token after the first is scored."""
+    import json
+
+    from llmrt import perplexity as ppl_mod
+
+    if not os.path.isfile(text_file):
+        raise FileNotFoundError(f"no such file: {text_file}")
+    if plot:   # fail before the long run, not after it
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValueError("--plot needs matplotlib: pip install 'llmrt[plot]' "
+                             "(or pip install matplotlib)") from None
+    text = ppl_mod.read_text(text_file)
+    if ctx_size is None or ctx_size < 1:
+        raise ValueError(f"ctx-size must be >= 1, got {ctx_size}")
+    m = _load_model(model, threads, ctx_size)
+    ids = m.tokenizer.encode(text, add_special=True, parse_special=False)
+    _log(f"text: {text_file}: {len(text)} characters, {len(ids)} tokens"
+         + (f" (scoring the first {max_tokens})" if max_tokens else ""))
+    if kv_mode:
+        _log(f"streaming: kv-mode {kv_mode}, ctx-size {ctx_size}, n-keep "
+             f"{0 if kv_mode == 'window' else n_keep}, n-discard {n_discard}, "
+             f"{batch} token(s) per eval")
+    r = ppl_mod.perplexity(m, ids, ctx_size, kv_mode=kv_mode, n_keep=n_keep, n_discard=n_discard,
+                           batch=batch, max_tokens=max_tokens)
+    if r.mode == "dense":
+        click.echo(",".join(f"[{i + 1}]{p:.4f}" for i, p in enumerate(r.running)))
+    click.echo(f"Final estimate: PPL = {r.ppl:.4f} +/- {r.ppl_err:.5f}  "
+               f"({r.n_tokens} tokens scored, {r.mode}, ctx {r.ctx_size}, {r.seconds:.1f} s)")
+    if r.n_evicted is not None:
+        _log(f"cells evicted: {r.n_evicted}")
+    if nll_csv:
+        ppl_mod.write_nll_csv(r, nll_csv)
+        _log(f"per-token NLL written to {nll_csv}")
+    if plot:
+        ppl_mod.plot_nll(r, plot, title=f"{os.path.basename(m.path)}: {r.mode}, ctx {r.ctx_size}"
+                         + (f", n_keep {r.n_keep}" if r.n_keep is not None else "")
+                         + f": ppl {r.ppl:.3f}")
+        _log(f"plot written to {plot}")
+    if as_json:
+        d = r.summary()
+        d.update(model=m.path, file=text_file)
+        click.echo(json.dumps(d))

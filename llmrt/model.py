@@ -4,8 +4,9 @@
     logits = model(ids)                               # [len(ids), n_vocab] float32, from an empty cache
     out = model.generate(ids, streamer=TextStreamer(model.tokenizer), max_new_tokens=64)
 
-A Session owns one KV cache and the list of tokens in it (they always move together);
-`Model.generate` and the chat front end run on sessions. Graphs are built lazily, once per
+A Session owns one KV cache and the list of tokens in it (they always move together); it is a
+streaming cache (n_keep sinks, n_discard eviction, shift-RoPE; see Session), so generation and
+chat run past ctx_size in constant memory. `Model.generate` and the chat front end run on sessions. Graphs are built lazily, once per
 (batch bucket, all-logits?) pair, and re-run for every batch that fits the bucket.
 """
 import logging
@@ -73,19 +74,100 @@ class _Weights:
         return h
 
 
-class Session:
-    """One KV cache and the tokens in it. `eval(ids)` appends ids and returns logits."""
+KV_MODES = ("shift", "recompute", "window", "none")
 
-    def __init__(self, model: "Model", ctx_size: Optional[int] = None):
+
+class Session:
+    """One KV cache and the tokens in it (they always move together): a streaming cache.
+
+    `eval(ids)` appends ids and returns logits. When a batch does not fit, `n_discard` cells
+    right after the `n_keep` pinned sinks are evicted (n_discard=-1: half of the unpinned cells,
+    as llama.cpp's n_left / 2), the survivors move down so positions stay contiguous (0..n_used-1)
+    and evaluation continues; a batch bigger than the room is fed in chunks.
+
+    kv_mode:
+      "shift"      (default) every surviving key is re-rotated by -n_discard positions in place,
+                   computed as ONE rotation of its exact pre-RoPE master key (no drift); no token
+                   is recomputed. Families with `can_shift = False` fall back to "recompute".
+      "recompute"  same eviction, then the kept tokens are re-evaluated at their new positions
+                   (the exact reference for shift; costs a prefill per eviction).
+      "window"     as shift with no sinks (n_keep forced to 0), for experiments.
+      "none"       no eviction: a batch that does not fit raises ValueError ("context full").
+    """
+
+    def __init__(self, model: "Model", ctx_size: Optional[int] = None, n_keep: int = 4,
+                 n_discard: int = -1, kv_mode: str = "shift"):
         self.model = model
         self.n_ctx = int(ctx_size or model.n_ctx)
         if self.n_ctx < 1:
             raise ValueError(f"ctx_size must be >= 1, got {self.n_ctx}")
+        if kv_mode not in KV_MODES:
+            raise ValueError(f"kv_mode must be one of {', '.join(KV_MODES)}, got {kv_mode!r}")
+        self.kv_mode = kv_mode
+        self._mode = kv_mode                  # what eviction does: shift | recompute | none
+        if kv_mode == "window":
+            self._mode = "shift"
+            n_keep = 0
+        if self._mode == "shift" and not getattr(model.family, "can_shift", True):
+            log.warning("llmrt: %s RoPE cannot be shifted in place: kv_mode %s falls back to "
+                        "recompute (kept tokens are re-evaluated after each eviction)",
+                        model.arch, kv_mode)
+            self._mode = "recompute"
+        self._n_keep = 0
+        self._n_discard = -1
+        self.n_keep = n_keep
+        self.n_discard = n_discard
         hp = model.hparams
         shapes = hp.kv_shapes()
         self.cache = _core.KVCache(hp.n_layer, self.n_ctx, [s[0] for s in shapes],
                                    [s[1] for s in shapes], [s[2] for s in shapes], dtype=model.kv_dtype)
+        if self._mode == "shift":
+            self.cache.enable_shift()
         self.tokens: List[int] = []
+        self.n_evicted = 0      # tokens evicted so far (totals, for tests and logs)
+        self.n_shifts = 0       # evictions so far (each one shift or one recompute)
+
+    # ---- settings --------------------------------------------------------------------------
+
+    @property
+    def n_keep(self) -> int:
+        """Pinned sink cells [0, n_keep) that eviction never drops (0 in window mode)."""
+        return self._n_keep
+
+    @n_keep.setter
+    def n_keep(self, n: int):
+        n = int(n)
+        if self.kv_mode == "window":
+            n = 0
+        if n < 0 or n + 1 > self.n_ctx:
+            raise ValueError(f"n_keep ({n}) + 1 must be <= ctx_size ({self.n_ctx}) and n_keep >= 0: "
+                             f"the pinned tokens and at least one new token must fit")
+        if self._n_discard > self.n_ctx - n:
+            raise ValueError(f"n_discard ({self._n_discard}) must be <= ctx_size ({self.n_ctx}) - "
+                             f"n_keep ({n})")
+        self._n_keep = n
+
+    @property
+    def n_discard(self) -> int:
+        """Cells evicted per eviction (-1: half of the unpinned cells)."""
+        return self._n_discard
+
+    @n_discard.setter
+    def n_discard(self, n: int):
+        n = int(n)
+        if n != -1 and not 0 < n <= self.n_ctx - self._n_keep:
+            raise ValueError(f"n_discard must be -1 (half of the unpinned cells) or in [1, ctx_size "
+                             f"({self.n_ctx}) - n_keep ({self._n_keep})], got {n}")
+        self._n_discard = n
+
+    def describe(self) -> str:
+        """One line for logs: mode, ctx, n_keep, n_discard."""
+        mode = self.kv_mode if self._mode != "recompute" or self.kv_mode == "recompute" \
+            else f"{self.kv_mode} (recompute fallback)"
+        nd = "half" if self._n_discard == -1 else str(self._n_discard)
+        return f"kv cache: mode {mode}, ctx {self.n_ctx}, n_keep {self._n_keep}, n_discard {nd}"
+
+    # ---- state -----------------------------------------------------------------------------
 
     @property
     def n_past(self) -> int:
@@ -102,26 +184,66 @@ class Session:
         self.cache.truncate(n)
         del self.tokens[n:]
 
+    # ---- evaluation ------------------------------------------------------------------------
+
+    def _run(self, chunk: np.ndarray, all_logits: bool) -> np.ndarray:
+        """Evaluate chunk (fits in the cache and in one graph) at the next positions."""
+        m = len(chunk)
+        g = self.model._graph(m, all_logits)
+        pos = np.arange(self.n_past, self.n_past + m, dtype=np.int32)
+        out_rows = None if all_logits else np.array([m - 1], dtype=np.int32)
+        self.cache.prepare(m)
+        logits = g.run(chunk, pos, out_rows, cache=self.cache)
+        self.tokens.extend(chunk.tolist())
+        return logits
+
+    def _evict(self, need: int):
+        """Make room: drop the n_discard cells after the sinks (fewer if fewer exist)."""
+        n_left = self.n_past - self._n_keep
+        if n_left < 1:
+            raise ValueError(f"context full: the {self._n_keep} pinned tokens (n_keep) fill the "
+                             f"cache of {self.n_ctx}")
+        d = max(1, n_left // 2) if self._n_discard == -1 else min(self._n_discard, n_left)
+        k = self._n_keep
+        if self._mode == "shift":
+            self.cache.shift(k, d)
+            del self.tokens[k:k + d]
+        else:                                   # recompute: re-evaluate the kept tokens
+            kept = np.asarray(self.tokens[:k] + self.tokens[k + d:], dtype=np.int32)
+            self.reset()
+            for start in range(0, len(kept), N_BATCH):
+                self._run(kept[start:start + N_BATCH], False)
+        self.n_evicted += d
+        self.n_shifts += 1
+        log.debug("llmrt: kv cache %s: evicted %d tokens after %d sinks (%d evictions, %d tokens in all)",
+                  self._mode, d, k, self.n_shifts, self.n_evicted)
+
     def eval(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
-        """Append `ids` to the cache. Returns the logits of the last id ([n_vocab]), or of every
-        id ([len(ids), n_vocab]) with all_logits."""
+        """Append `ids` to the cache, evicting as needed (see the class doc). Returns the logits
+        of the last id ([n_vocab]), or of every id ([len(ids), n_vocab]) with all_logits."""
         arr = self.model._check_ids(ids)
         n = len(arr)
-        if self.n_past + n > self.n_ctx:
+        if self._mode == "none" and self.n_past + n > self.n_ctx:
             raise ValueError(
                 f"context full: {self.n_past} tokens in the cache + {n} new > ctx_size {self.n_ctx}")
         step = N_BATCH if not all_logits else self.model._all_logits_batch
         outs = []
-        for start in range(0, n, step):
-            chunk = arr[start:start + step]
-            m = len(chunk)
-            g = self.model._graph(m, all_logits)
-            pos = np.arange(self.n_past, self.n_past + m, dtype=np.int32)
-            out_rows = None if all_logits else np.array([m - 1], dtype=np.int32)
-            self.cache.prepare(m)
-            logits = g.run(chunk, pos, out_rows, cache=self.cache)
-            self.tokens.extend(chunk.tolist())
-            outs.append(logits)
+        i = 0
+        just_evicted = False
+        while i < n:
+            rem = n - i
+            if self.n_past + rem > self.n_ctx and not just_evicted and self.n_past > self._n_keep:
+                self._evict(rem)
+                just_evicted = True
+                continue
+            room = self.n_ctx - self.n_past
+            if room < 1:
+                self._evict(rem)
+                continue
+            m = min(room, rem, step)
+            outs.append(self._run(arr[i:i + m], all_logits))
+            i += m
+            just_evicted = False
         if all_logits:
             return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=0)
         return outs[-1][0]
@@ -222,22 +344,33 @@ class Model:
 
     # ---- running ---------------------------------------------------------------------------
 
-    def new_session(self, ctx_size: Optional[int] = None) -> Session:
-        return Session(self, ctx_size)
+    def new_session(self, ctx_size: Optional[int] = None, n_keep: int = 4, n_discard: int = -1,
+                    kv_mode: str = "shift") -> Session:
+        """A streaming session (see Session): ctx_size cells (default: the model's n_ctx),
+        n_keep pinned sinks, n_discard evicted per eviction (-1: half), kv_mode shift |
+        recompute | window | none."""
+        return Session(self, ctx_size, n_keep=n_keep, n_discard=n_discard, kv_mode=kv_mode)
 
     def __call__(self, ids) -> np.ndarray:
         """Teacher-forced logits of every position, from an empty cache: [len(ids), n_vocab]."""
         arr = self._check_ids(ids)
-        sess = Session(self, ctx_size=max(len(arr), 1))
+        sess = Session(self, ctx_size=max(len(arr), 1), n_keep=0, kv_mode="none")
         return sess.eval(arr, all_logits=True)
 
     def generate(self, ids_or_prompt, streamer=None, max_new_tokens: int = 128, *,
                  temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
                  repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: Optional[int] = None,
                  stop: Optional[Iterable[str]] = None, ignore_eos: bool = False,
-                 ctx_size: Optional[int] = None, do_sample: Optional[bool] = None) -> List[int]:
+                 ctx_size: Optional[int] = None, do_sample: Optional[bool] = None,
+                 n_keep: int = 4, n_discard: int = -1, kv_mode: str = "shift",
+                 session: Optional[Session] = None) -> List[int]:
         """Generate after a prompt (ids, or text encoded with the model's tokenizer). Returns the
-        prompt ids followed by the new ids (Hugging Face convention). temperature=0 is greedy."""
+        prompt ids followed by the new ids (Hugging Face convention). temperature=0 is greedy.
+
+        Runs on a streaming cache of ctx_size cells (default: the model's n_ctx): n_keep sinks,
+        n_discard evicted per eviction (-1: half), kv_mode shift | recompute | window | none.
+        max_new_tokens=-1 (or None) generates until an end-of-generation token, forever with
+        ignore_eos=True. `session` (optional) is the Session to run on, to inspect afterwards."""
         from llmrt.generation import generate
 
         if isinstance(ids_or_prompt, str):
@@ -248,7 +381,9 @@ class Model:
             prompt_ids = _as_id_list(ids_or_prompt)
         if do_sample is False:
             temperature = 0.0
-        sess = self.new_session(ctx_size)
+        sess = session if session is not None else self.new_session(
+            ctx_size, n_keep=n_keep, n_discard=n_discard, kv_mode=kv_mode)
+        log.info("llmrt: %s", sess.describe())
         return generate(sess, prompt_ids, self.tokenizer, streamer=streamer, max_new_tokens=max_new_tokens,
                         temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,

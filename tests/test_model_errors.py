@@ -79,7 +79,7 @@ def test_bad_token_ids_and_full_context(tmp_path):
         m([-1])
     with pytest.raises(ValueError, match="no tokens"):
         m([])
-    sess = m.new_session()
+    sess = m.new_session(n_keep=0, kv_mode="none")   # strict cache (default: streaming)
     sess.eval([1, 2, 3])
     with pytest.raises(ValueError, match="context full"):
         sess.eval([4, 5])

@@ -1032,6 +1032,30 @@ static void quant_row_q6_K_generic(const float *x, void *vy, int64_t k) {
     }
 }
 
+/* ==== vector math (ggml's scalar paths) ========================================================= */
+
+static inline float silu_f32_generic(float x) {
+    return x / (1.0f + expf(-x)); /* ggml_silu_f32 */
+}
+
+static void vec_swiglu_generic(int n, float *y, const float *x, const float *g) {
+    for (int i = 0; i < n; i++) y[i] = silu_f32_generic(x[i]) * g[i];
+}
+
+static void vec_silu_generic(int n, float *y, const float *x) {
+    for (int i = 0; i < n; i++) y[i] = silu_f32_generic(x[i]);
+}
+
+static double vec_soft_max_generic(int n, float *y, const float *x, float max) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float v = expf(x[i] - max);
+        sum += (double)v;
+        y[i] = v;
+    }
+    return sum;
+}
+
 /* ==== registration ============================================================================== */
 
 #define SET_DEQ(T, fn) do { kt->dequant_row[T] = fn; kt->dequant_row_name[T] = #fn; } while (0)
@@ -1072,6 +1096,13 @@ void llmrt_register_kernels_generic(llmrt_kernel_table *kt) {
     SET_Q(LLMRT_TYPE_Q5_K, quant_row_q5_K_generic);
     SET_Q(LLMRT_TYPE_Q6_K, quant_row_q6_K_generic);
     SET_Q(LLMRT_TYPE_IQ4_NL, quant_row_iq4_nl_generic);
+
+    kt->vec_swiglu = vec_swiglu_generic;
+    kt->vec_swiglu_name = "vec_swiglu_generic";
+    kt->vec_silu = vec_silu_generic;
+    kt->vec_silu_name = "vec_silu_generic";
+    kt->vec_soft_max = vec_soft_max_generic;
+    kt->vec_soft_max_name = "vec_soft_max_generic";
 
     /* ggml's scalar quantize_row_q8_0 / q8_1 / q8_K are the reference ones: activations too */
     for (int t = 0; t < LLMRT_TYPE_COUNT; t++) {

@@ -10,8 +10,8 @@
  *     s_c = softcap * tanh(s_c / softcap)                      if softcap != 0
  *     out = sum_c softmax(s)_c V[c, kv head]
  *
- * with an online softmax (running max m, denominator l, accumulator of hd_v floats in the
- * thread's scratch), so nothing grows with the context. Cells are visited in index order and
+ * in llama.cpp's non-flash order and roundings (see llmrt_compute_attention), so the result is
+ * bit-identical to llama.cpp run one token at a time. Cells are visited in index order and
  * masked by their stored positions only: a cell's index is never taken as its position.
  */
 #include <math.h>
@@ -46,27 +46,45 @@ void llmrt_compute_kv_store(const llmrt_compute_params *p, llmrt_tensor *dst) {
     }
 }
 
+/* llama.cpp computes attention over n_kv cells: the cells used so far (this token's cell + 1)
+ * padded to a multiple of 256 (llama_kv_cache's n_pad for the CPU); cells past the used ones are
+ * masked. The padding decides which cells fall in the vector or the scalar part of ggml's
+ * kernels, so it is reproduced here. */
+#define KV_PAD 256
+
+int64_t llmrt_attention_n_kv(int64_t cell) {
+    const int64_t used = cell + 1;
+    return (used + KV_PAD - 1) / KV_PAD * KV_PAD;
+}
+
+/* Scratch layout (one thread): q16 [hd_k] f16 | w [n_kv] f32 | p16 [n_kv] f16 | col [n_kv]
+ * (f16 or f32): q as f16, scores then probabilities, probabilities as f16, one V column. */
+static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
+
+static size_t wsize_for(int64_t hd_k, int64_t n_kv) {
+    return align64((size_t)hd_k * sizeof(float)) + align64((size_t)n_kv * sizeof(float)) * 3;
+}
+
 size_t llmrt_attention_wsize(const llmrt_tensor *dst) {
-    const llmrt_tensor *v = dst->src[1]->src[1]; /* KV_STORE's v */
-    return (size_t)v->ne[0] * sizeof(float);     /* the accumulator */
+    return wsize_for(dst->src[0]->ne[0], KV_PAD); /* grown at run time for larger caches */
 }
 
-static inline float dot_f32_f16(const float *q, const llmrt_fp16_t *k, int64_t n) {
-    float s = 0.0f;
-    for (int64_t e = 0; e < n; e++) s += q[e] * llmrt_f16_lookup(k[e]);
-    return s;
+size_t llmrt_attention_wsize_run(const llmrt_tensor *dst, int n_ctx) {
+    return wsize_for(dst->src[0]->ne[0], llmrt_attention_n_kv(n_ctx > 0 ? n_ctx - 1 : 0));
 }
 
-static inline float dot_f32_f32(const float *q, const float *k, int64_t n) {
-    float s = 0.0f;
-    for (int64_t e = 0; e < n; e++) s += q[e] * k[e];
-    return s;
-}
-
+/* One (token, head): llama.cpp's non-flash path (llama-graph build_attn_mha with
+ * ggml_mul_mat + ggml_soft_max_ext + ggml_mul_mat over the f16 cache, V stored transposed):
+ *   s_c = vec_dot_f16(K[c], f16(q))  (ggml converts q to K's type for the product)
+ *   w_c = s_c * scale  (then softcap if set), -inf where masked
+ *   e_c = exp(w_c - max) with ggml_vec_soft_max_f32, sum in double
+ *   p_c = f16(e_c * (float)(1 / sum))  (kq converted to f16 for the product with V)
+ *   y_d = vec_dot_f16(V[:, d], p)      over the n_kv cells, masked ones contributing 0
+ * An f32 cache uses the f32 kernels and f32 q / p. */
 void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_tensor *q = dst->src[0];
-    const llmrt_tensor *store = dst->src[1];
     const llmrt_kv_cache *cache = p->ctx->cache;
+    const llmrt_kernel_table *kt = p->ctx->kt;
     const int l = dst->op_params[0];
     const float scale = llmrt_get_op_param_f32(dst, 1);
     const int n_swa = dst->op_params[2];
@@ -78,57 +96,87 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const int64_t n_head_kv = cache->n_head_kv[l];
     const int64_t hd_v = cache->hd_v[l];
     const int64_t group = n_head / n_head_kv;
-    const int64_t n_cells = (int64_t)p->ctx->kv_first + n;
     const int is_f16 = cache->type == LLMRT_TYPE_F16;
+    const llmrt_vec_dot_fn dot = kt->vec_dot[is_f16 ? LLMRT_TYPE_F16 : LLMRT_TYPE_F32];
     const size_t esize = is_f16 ? sizeof(llmrt_fp16_t) : sizeof(float);
     const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
     const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
     const int32_t *cpos = cache->pos;
-    float *acc = (float *)p->wdata;
-    (void)store;
 
     for (int64_t c = llmrt_claim(p); c < n * n_head; c = llmrt_claim(p)) {
         const int64_t i = c / n_head;
         const int64_t h = c % n_head;
         const int64_t kh = h / group;
+        const int64_t cell_i = (int64_t)p->ctx->kv_first + i;
+        const int64_t n_kv = llmrt_attention_n_kv(cell_i);
+        const int64_t n_valid = cell_i + 1; /* cells written so far, this token's included */
         const int32_t p_i = p->ctx->positions[i];
+
+        char *ws = (char *)p->wdata;
+        void *qc = ws;                                      /* [hd_k] f16 or f32 */
+        float *w = (float *)(ws + align64((size_t)hd_k * sizeof(float)));      /* [n_kv] */
+        void *pc = (char *)w + align64((size_t)n_kv * sizeof(float));         /* [n_kv] */
+        void *col = (char *)pc + align64((size_t)n_kv * sizeof(float));       /* [n_kv] */
+
         const float *qv = (const float *)((const char *)q->data + i * q->nb[2] + h * q->nb[1]);
+        if (is_f16) {
+            llmrt_fp16_t *qh = (llmrt_fp16_t *)qc;
+            for (int64_t e = 0; e < hd_k; e++) qh[e] = llmrt_fp32_to_fp16(qv[e]);
+        } else {
+            memcpy(qc, qv, (size_t)hd_k * sizeof(float));
+        }
         const char *kbase = (const char *)cache->k[l] + (size_t)kh * (size_t)hd_k * esize;
         const char *vbase = (const char *)cache->v[l] + (size_t)kh * (size_t)hd_v * esize;
 
-        float m = -INFINITY, sum = 0.0f;
-        for (int64_t e = 0; e < hd_v; e++) acc[e] = 0.0f;
-        for (int64_t cell = 0; cell < n_cells; cell++) {
-            const int32_t pc = cpos[cell];
-            if (pc > p_i) continue;
-            if (n_swa > 0 && (int64_t)p_i - (int64_t)pc >= n_swa) continue;
-            const char *kc = kbase + (size_t)cell * kcell;
-            float s = is_f16 ? dot_f32_f16(qv, (const llmrt_fp16_t *)kc, hd_k)
-                             : dot_f32_f32(qv, (const float *)kc, hd_k);
-            s *= scale;
-            if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
-            float w;
-            if (s > m) {
-                const float corr = expf(m - s); /* 0 on the first cell (m = -inf) */
-                for (int64_t e = 0; e < hd_v; e++) acc[e] *= corr;
-                sum *= corr;
-                m = s;
-                w = 1.0f;
-            } else {
-                w = expf(s - m);
+        /* scores, masked to -inf (causal by stored position, sliding window, unused cells) */
+        float max = -INFINITY;
+        for (int64_t cell = 0; cell < n_kv; cell++) {
+            float s = -INFINITY;
+            if (cell < n_valid) {
+                const int32_t pc_ = cpos[cell];
+                const int ok = pc_ <= p_i && !(n_swa > 0 && (int64_t)p_i - (int64_t)pc_ >= n_swa);
+                if (ok) {
+                    dot((int)hd_k, &s, kbase + (size_t)cell * kcell, qc);
+                    s *= scale;
+                    if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
+                }
             }
-            sum += w;
-            const char *vc = vbase + (size_t)cell * vcell;
-            if (is_f16) {
-                const llmrt_fp16_t *vh = (const llmrt_fp16_t *)vc;
-                for (int64_t e = 0; e < hd_v; e++) acc[e] += w * llmrt_f16_lookup(vh[e]);
-            } else {
-                const float *vf = (const float *)vc;
-                for (int64_t e = 0; e < hd_v; e++) acc[e] += w * vf[e];
-            }
+            w[cell] = s;
+            max = s > max ? s : max; /* ggml_vec_max_f32 */
         }
+        /* softmax; then the probabilities in the V product's type */
+        const double sum = kt->vec_soft_max((int)n_kv, w, w, max);
+        const float inv = (float)(1.0 / sum);
+        if (is_f16) {
+            llmrt_fp16_t *ph = (llmrt_fp16_t *)pc;
+            for (int64_t cell = 0; cell < n_kv; cell++) ph[cell] = llmrt_fp32_to_fp16(w[cell] * inv);
+        } else {
+            float *pf = (float *)pc;
+            for (int64_t cell = 0; cell < n_kv; cell++) pf[cell] = w[cell] * inv;
+        }
+        /* out[d] = V[:, d] . p over the n_kv cells; masked cells read as 0 */
         float *y = (float *)((char *)dst->data + i * dst->nb[1]) + h * hd_v;
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int64_t e = 0; e < hd_v; e++) y[e] = acc[e] * inv;
+        for (int64_t d = 0; d < hd_v; d++) {
+            if (is_f16) {
+                llmrt_fp16_t *vc = (llmrt_fp16_t *)col;
+                for (int64_t cell = 0; cell < n_kv; cell++) {
+                    llmrt_fp16_t v = 0;
+                    if (w[cell] != 0.0f) {
+                        memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
+                    }
+                    vc[cell] = v;
+                }
+            } else {
+                float *vc = (float *)col;
+                for (int64_t cell = 0; cell < n_kv; cell++) {
+                    float v = 0.0f;
+                    if (w[cell] != 0.0f) {
+                        memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
+                    }
+                    vc[cell] = v;
+                }
+            }
+            dot((int)n_kv, &y[d], col, pc);
+        }
     }
 }

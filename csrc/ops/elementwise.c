@@ -1,6 +1,7 @@
 /*
  * elementwise.c — ops that map rows to rows: ADD/MUL with broadcasting, SCALE, SILU, GELU,
- * SOFTCAP, and GLU (act(gate) * up). Activations are contiguous f32, so a row r of dst is at
+ * SOFTCAP, and GLU (act(gate) * up). SILU and SwiGLU use the kernel table's vec_silu / vec_swiglu
+ * (ggml's vector exp approximation on AVX2, libm expf in the generic path and in vector tails). Activations are contiguous f32, so a row r of dst is at
  * data + r * nb[1]; chunks are groups of rows.
  */
 #include <math.h>
@@ -15,10 +16,6 @@ float llmrt_gelu_f32(float x);
 static int64_t rows_per_chunk(int64_t ne0) {
     const int64_t r = 16384 / (ne0 > 0 ? ne0 : 1);
     return r > 0 ? r : 1;
-}
-
-static inline float silu_f32(float x) {
-    return x / (1.0f + expf(-x));
 }
 
 /* ggml's CPU GELU (GGML_GELU_FP16): saturate outside [-10, 10], else a table over f16 inputs. */
@@ -45,7 +42,7 @@ void llmrt_compute_unary(const llmrt_compute_params *p, llmrt_tensor *dst) {
                 for (int64_t i = 0; i < ne0; i++) y[i] = x[i] * param;
                 break;
             case LLMRT_OP_SILU:
-                for (int64_t i = 0; i < ne0; i++) y[i] = silu_f32(x[i]);
+                p->ctx->kt->vec_silu((int)ne0, y, x); /* ggml_vec_silu_f32 */
                 break;
             case LLMRT_OP_GELU:
                 for (int64_t i = 0; i < ne0; i++) y[i] = gelu_table_f32(x[i]);
@@ -121,7 +118,7 @@ void llmrt_compute_glu(const llmrt_compute_params *p, llmrt_tensor *dst) {
                 /* ggml_vec_geglu_f32: like gelu, but x >= 10 gives x * up */
                 for (int64_t i = 0; i < ne0; i++) y[i] = gelu_table_f32(g[i]) * u[i];
             } else {
-                for (int64_t i = 0; i < ne0; i++) y[i] = silu_f32(g[i]) * u[i];
+                p->ctx->kt->vec_swiglu((int)ne0, y, g, u); /* ggml_vec_swiglu_f32 */
             }
         }
     }

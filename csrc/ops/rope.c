@@ -7,8 +7,10 @@
  * pass through. YaRN (ext_factor != 0) blends the interpolated angle freq_scale * theta with
  * the extrapolated one by a ramp over the correction dims and scales the magnitude by
  * 1 + 0.1 ln(1 / freq_scale); attn_factor scales cos and sin. theta_i is built by repeated
- * multiplication in float, as ggml does, so angles match it to the last bit.
+ * multiplication in float, as ggml does, so angles match it to the last bit; the rotation uses
+ * the fused multiply-adds of ggml's FMA build when the ISA level has FMA (see llmrt_rope_apply).
  */
+#pragma GCC optimize("fp-contract=off") /* every fused op is written out (fmaf) */
 #include <math.h>
 #include <string.h>
 
@@ -54,21 +56,36 @@ void llmrt_rope_cache_init(float pos, const llmrt_rope_params *rp, const float *
     }
 }
 
+/* The rotation, with the roundings of ggml's CPU build on an FMA machine: GCC contracts
+ * x0*c - x1*s and x0*s + x1*c into one fused op each (checked bit for bit against llama.cpp's
+ * rope output, both modes):  y0 = fma(x0, c, -(x1*s)),  y1 = fma(x0, s, x1*c).
+ * Without FMA (generic level): plain f32 products and sums, as ggml's scalar build. */
+static int rope_fused(void) {
+    return llmrt_isa_current() >= LLMRT_ISA_AVX2;
+}
+
+static inline void rotate(float x0, float x1, float c, float s, int fused, float *y0, float *y1) {
+    const float x1s = x1 * s, x1c = x1 * c;
+    if (fused) {
+        *y0 = fmaf(x0, c, -x1s);
+        *y1 = fmaf(x0, s, x1c);
+    } else {
+        const float x0c = x0 * c, x0s = x0 * s;
+        *y0 = x0c - x1s;
+        *y1 = x0s + x1c;
+    }
+}
+
 void llmrt_rope_apply(const float *cache, int n_rot, int mode, int hd, const float *x, float *y) {
+    const int fused = rope_fused();
     if (mode == LLMRT_ROPE_NEOX) {
         const int half = n_rot / 2;
         for (int i = 0; i < half; i++) {
-            const float c = cache[2 * i], s = cache[2 * i + 1];
-            const float x0 = x[i], x1 = x[i + half];
-            y[i] = x0 * c - x1 * s;
-            y[i + half] = x0 * s + x1 * c;
+            rotate(x[i], x[i + half], cache[2 * i], cache[2 * i + 1], fused, &y[i], &y[i + half]);
         }
     } else {
         for (int i = 0; i < n_rot; i += 2) {
-            const float c = cache[i], s = cache[i + 1];
-            const float x0 = x[i], x1 = x[i + 1];
-            y[i] = x0 * c - x1 * s;
-            y[i + 1] = x0 * s + x1 * c;
+            rotate(x[i], x[i + 1], cache[i], cache[i + 1], fused, &y[i], &y[i + 1]);
         }
     }
     if (y != x) {

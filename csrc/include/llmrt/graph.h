@@ -21,7 +21,9 @@
  *
  * Nodes run in the order they were added (which is a topological order). Some user ops add a
  * hidden node first: mul_mat converts its activations to the weight's vec_dot_type (QUANTIZE),
- * attention stores the new keys/values in the cache (KV_STORE). The op enum is append-only.
+ * attention stores the new keys/values in the cache (KV_STORE) and, when its k is a rope node,
+ * the pre-RoPE keys in the cache's master copy for shift-RoPE (KV_STORE_PRE). The op enum is
+ * append-only.
  *
  * Memory. Intermediate tensors get offsets in one arena at build time: a tensor lives from the
  * node that makes it to the last node that reads it (directly or through a reshape view), and a
@@ -67,6 +69,8 @@ typedef enum {
     LLMRT_OP_GLU,           /* act(src0) * src1; params: int act (LLMRT_GLU_*) */
     LLMRT_OP_SOFTCAP,       /* cap * tanh(x / cap); params: f32 cap */
     LLMRT_OP_GET_ROWS_F32,  /* src0 activation [..., n], src1 rows int32 [n_out] -> [..., n_out] */
+    LLMRT_OP_KV_STORE_PRE,  /* (hidden) src0 pre-RoPE k, src1 its rope node, src2 freq_factors
+                               -> the streaming cache's master keys; params: layer */
     LLMRT_OP_COUNT
 } llmrt_op;
 

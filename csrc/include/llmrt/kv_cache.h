@@ -1,18 +1,33 @@
 /*
- * kv_cache.h — the key/value cache attention reads and writes.
+ * kv_cache.h — the key/value cache attention reads and writes, and its streaming operations.
  *
  * Per layer l: K[l] is [n_ctx][n_head_kv[l]][hd_k[l]] and V[l] is [n_ctx][n_head_kv[l]][hd_v[l]]
  * (innermost last), in f16 (default) or f32. One array pos[n_ctx] (shared by all layers) holds
  * the position of the token stored in each cell; cells [0, n_used) are in use.
  *
  * Attention never assumes cell index == position: it reads pos[] for masking (causal, sliding
- * window). So a streaming cache can later drop cells after the n_keep sinks and move the rest
- * down (shifting their positions and re-rotating K) without touching attention.
+ * window). So the streaming cache drops cells after the n_keep sinks and moves the rest down
+ * (shifting their positions and re-rotating K) without touching attention.
  *
  * A graph run stores its n new tokens in cells [n_used, n_used + n):
  *   first = llmrt_kv_cache_prepare(c, n)   reserves them (LLMRT_EINVAL if they do not fit)
  *   llmrt_graph_run(...)                   writes pos[] and K/V of those cells, then commits
  *                                          (n_used += n, n_pending = 0) when it succeeds
+ *
+ * Streaming (StreamingLLM: sinks + recent window, positions counted inside the cache):
+ *   llmrt_kv_cache_enable_shift(c)         (empty cache) keeps a master copy of every key
+ *                                          BEFORE RoPE, f32: k_pre[l] [n_ctx][n_head_kv][hd_k].
+ *                                          A graph whose attention k is a rope node stores it
+ *                                          (hidden KV_STORE_PRE node) and registers the layer's
+ *                                          rope parameters (rope[l], rope_ff[l]).
+ *   llmrt_kv_cache_evict(c, n_keep, d)     drops cells [n_keep, n_keep + d), moves the rest
+ *                                          down by d cells and subtracts d from their positions.
+ *   llmrt_kv_cache_rerope(c, c0, c1)       recomputes the working K of cells [c0, c1) as
+ *                                          RoPE(k_pre, pos[cell]) with the layer's parameters.
+ *   llmrt_kv_cache_shift(c, n_keep, d)     evict + rerope of the moved cells.
+ * No drift: after any number of shifts, the working K of a cell is ONE rotation of its exact
+ * master key at its current position (bit-identical to what a graph run at that position
+ * stores for the same pre-RoPE key), never a rotation of a rotation.
  */
 #ifndef LLMRT_KV_CACHE_H
 #define LLMRT_KV_CACHE_H
@@ -23,6 +38,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* RoPE of one layer's keys, as ggml_rope_ext takes them (same fields as llmrt_rope_params). */
+typedef struct {
+    int n_rot;           /* dims rotated (even, <= hd_k); the rest pass through */
+    int mode;            /* 0 normal pairs (2i, 2i+1), 2 NeoX pairs (i, i + n_rot/2) */
+    int n_ctx_orig;
+    float freq_base;
+    float freq_scale;
+    float ext_factor;
+    float attn_factor;
+    float beta_fast;
+    float beta_slow;
+} llmrt_kv_rope;
 
 typedef struct {
     int n_layer;
@@ -36,6 +64,13 @@ typedef struct {
     int32_t *pos;      /* [n_ctx] position of the token in each cell */
     int n_used;        /* cells [0, n_used) hold tokens */
     int n_pending;     /* cells [n_used, n_used + n_pending) reserved for the next run */
+    /* streaming (NULL / 0 until llmrt_kv_cache_enable_shift) */
+    float **k_pre;         /* [n_layer] -> [n_ctx][n_head_kv][hd_k] f32 keys before RoPE */
+    llmrt_kv_rope *rope;   /* [n_layer] the layer's key RoPE (valid where has_rope[l]) */
+    float **rope_ff;       /* [n_layer] -> [hd_k / 2] freq_factors (used where has_ff[l]) */
+    uint8_t *has_rope;     /* [n_layer] 1: the layer's keys are roped (registered by a run) */
+    uint8_t *has_ff;       /* [n_layer] 1: rope_ff[l] holds freq_factors */
+    float *scratch;        /* [2 * max hd_k] cos/sin cache + one rotated head (rerope) */
 } llmrt_kv_cache;
 
 /* NULL on bad arguments or out of memory. Per-layer shapes are arrays of n_layer ints. */
@@ -46,12 +81,36 @@ void llmrt_kv_cache_free(llmrt_kv_cache *c);
 /* Bytes of one cell of layer l's K (or V): n_head_kv * hd * element size. */
 size_t llmrt_kv_cache_k_cell_bytes(const llmrt_kv_cache *c, int l);
 size_t llmrt_kv_cache_v_cell_bytes(const llmrt_kv_cache *c, int l);
+/* Bytes the cache allocated (K, V, positions, master keys and rope tables). */
+size_t llmrt_kv_cache_nbytes(const llmrt_kv_cache *c);
 
 void llmrt_kv_cache_clear(llmrt_kv_cache *c);
 /* Reserves n cells after the used ones; returns the first cell index or LLMRT_EINVAL. */
 int llmrt_kv_cache_prepare(llmrt_kv_cache *c, int n);
 /* Drops cells >= n_used (and any reservation). LLMRT_EINVAL if n_used is out of [0, n_used]. */
 int llmrt_kv_cache_truncate(llmrt_kv_cache *c, int n_used);
+
+/* ---- streaming ----------------------------------------------------------------------------- */
+
+/* Allocates the master keys and rope tables. LLMRT_EINVAL unless the cache is empty (n_used 0),
+ * LLMRT_ENOMEM. Idempotent. */
+int llmrt_kv_cache_enable_shift(llmrt_kv_cache *c);
+/* Registers layer l's key RoPE (ff: NULL or n_rot / 2 freq_factors, copied). LLMRT_EINVAL on
+ * bad arguments or without enable_shift. Graph runs call it (KV_STORE_PRE). */
+int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_kv_rope *rp, const float *ff);
+/* Drops cells [n_keep, n_keep + n_discard) and moves cells [n_keep + n_discard, n_used) down
+ * by n_discard (K, V, master keys, positions - n_discard). K is NOT re-rotated. LLMRT_EINVAL
+ * unless 0 <= n_keep, 1 <= n_discard, n_keep + n_discard <= n_used and nothing is pending. */
+int llmrt_kv_cache_evict(llmrt_kv_cache *c, int n_keep, int n_discard);
+/* Working K of cells [c0, c1) of every roped layer := RoPE(k_pre, pos[cell]). LLMRT_EINVAL on
+ * a bad range or when a roped layer has no master keys. O((c1 - c0) * kv_dim) per layer; the
+ * cos/sin of a position is computed once per group of layers with equal rope parameters. */
+int llmrt_kv_cache_rerope(llmrt_kv_cache *c, int c0, int c1);
+/* evict, then rerope of the moved cells [n_keep, n_used). */
+int llmrt_kv_cache_shift(llmrt_kv_cache *c, int n_keep, int n_discard);
+/* Copies every cell, position, master key and rope registration of src into dst (same
+ * shapes and type; dst has shift enabled iff src has). LLMRT_EINVAL otherwise. */
+int llmrt_kv_cache_copy(llmrt_kv_cache *dst, const llmrt_kv_cache *src);
 
 #ifdef __cplusplus
 }

@@ -68,6 +68,13 @@ typedef void (*llmrt_quant_row_fn)(const float *x, void *y, int64_t k);
 /* s[0] = dot(x, y) over n elements; x has the weight type, y its vec_dot_type. */
 typedef void (*llmrt_vec_dot_fn)(int n, float *s, const void *x, const void *y);
 
+/* Vector math the ops share, per ISA as ggml's CPU backend computes it (vec.h / vec.cpp):
+ * y[i] = silu(x[i]) * g[i]; y[i] = silu(x[i]); and ggml_vec_soft_max_f32: y[i] = exp(x[i] - max),
+ * returning the sum of the y[i] in double (per-8-lane f32 partial sums on AVX2). */
+typedef void (*llmrt_vec_glu_fn)(int n, float *y, const float *x, const float *g);
+typedef void (*llmrt_vec_unary_fn)(int n, float *y, const float *x);
+typedef double (*llmrt_vec_soft_max_fn)(int n, float *y, const float *x, float max);
+
 /* Per-type traits (designated initializers in csrc/types.c). */
 typedef struct {
     const char *name;       /* GGUF name: "Q4_0", "F16", ... */
@@ -133,6 +140,10 @@ typedef struct {
      * reference quant_row; generic = the reference, as ggml's scalar path. */
     llmrt_quant_row_fn quant_act_row[LLMRT_TYPE_COUNT];
     const char *quant_act_row_name[LLMRT_TYPE_COUNT];
+    llmrt_vec_glu_fn vec_swiglu;       /* ggml_vec_swiglu_f32 */
+    llmrt_vec_unary_fn vec_silu;       /* ggml_vec_silu_f32 */
+    llmrt_vec_soft_max_fn vec_soft_max; /* ggml_vec_soft_max_f32 */
+    const char *vec_swiglu_name, *vec_silu_name, *vec_soft_max_name;
 } llmrt_kernel_table;
 
 const llmrt_kernel_table *llmrt_kernels(void);

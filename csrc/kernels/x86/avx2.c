@@ -433,6 +433,84 @@ static void quant_row_q8_K_avx2(const float *x, void *vy, int64_t k) {
     }
 }
 
+/* ---- vector math: ggml's AVX2 + FMA paths (vec.h / vec.cpp) ----------------------------------- */
+
+/* exp(x) for 8 floats: ggml_v_expf's algorithm (x = n ln2 + b with n = round(x / ln2) via the
+ * 1.5 * 2^23 trick, a degree-5 polynomial in b, and a two-scale path for |n| > 126 that gives
+ * 0 / inf / subnormals), with the same fused operations in the same order. */
+static inline __m256 v_expf_avx2(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256 absn = _mm256_andnot_ps(_mm256_set1_ps(-0.f), n);
+    const __m256 c = _mm256_cmp_ps(absn, _mm256_set1_ps(126), _CMP_GT_OQ);
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(c)) return _mm256_fmadd_ps(j, k, k);
+    /* |n| > 126: scale in two steps s1 * s2 (s1 = 2^127 or 2^-125 by the sign of n) */
+    const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                       _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256 d = _mm256_cmp_ps(absn, _mm256_set1_ps(192), _CMP_GT_OQ);
+    return _mm256_or_ps(_mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
+                        _mm256_andnot_ps(d, _mm256_or_ps(_mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                                                         _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)))));
+}
+
+/* silu(x) = x / (1 + exp(-x)) for 8 floats (ggml_v_silu) */
+static inline __m256 v_silu_avx2(__m256 x) {
+    const __m256 neg_x = _mm256_sub_ps(_mm256_setzero_ps(), x);
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1), v_expf_avx2(neg_x)));
+}
+
+/* scalar tails: ggml_silu_f32 with libm expf */
+static inline float silu_f32_scalar(float x) {
+    return x / (1.0f + expf(-x));
+}
+
+static void vec_swiglu_avx2(int n, float *y, const float *x, const float *g) {
+    int i = 0;
+    for (; i + 7 < n; i += 8) {
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(v_silu_avx2(_mm256_loadu_ps(x + i)), _mm256_loadu_ps(g + i)));
+    }
+    for (; i < n; i++) y[i] = silu_f32_scalar(x[i]) * g[i];
+}
+
+static void vec_silu_avx2(int n, float *y, const float *x) {
+    int i = 0;
+    for (; i + 7 < n; i += 8) _mm256_storeu_ps(y + i, v_silu_avx2(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = silu_f32_scalar(x[i]);
+}
+
+/* ggml_vec_soft_max_f32: blocks of 8 with the vector exp, each block's f32 horizontal sum added to
+ * a double; then a scalar tail with libm expf. */
+static double vec_soft_max_avx2(int n, float *y, const float *x, float max) {
+    int i = 0;
+    double sum = 0.0;
+    for (; i + 7 < n; i += 8) {
+        const __m256 val = v_expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max)));
+        _mm256_storeu_ps(y + i, val);
+        __m128 v2 = _mm_add_ps(_mm256_extractf128_ps(val, 1), _mm256_castps256_ps128(val));
+        v2 = _mm_add_ps(v2, _mm_movehl_ps(v2, v2));
+        v2 = _mm_add_ss(v2, _mm_movehdup_ps(v2));
+        sum += (double)_mm_cvtss_f32(v2);
+    }
+    for (; i < n; i++) {
+        const float val = expf(x[i] - max);
+        sum += (double)val;
+        y[i] = val;
+    }
+    return sum;
+}
+
 #define SET_DEQ(T, fn) do { kt->dequant_row[T] = fn; kt->dequant_row_name[T] = #fn; } while (0)
 #define SET_Q(T, fn) do { kt->quant_row[T] = fn; kt->quant_row_name[T] = #fn; } while (0)
 #define SET_QA(T, fn) do { kt->quant_act_row[T] = fn; kt->quant_act_row_name[T] = #fn; } while (0)
@@ -451,6 +529,13 @@ void llmrt_register_kernels_avx2(llmrt_kernel_table *kt) {
     SET_Q(LLMRT_TYPE_Q8_0, quant_row_q8_0_avx2);
     SET_Q(LLMRT_TYPE_Q8_1, quant_row_q8_1_avx2);
     SET_Q(LLMRT_TYPE_Q8_K, quant_row_q8_K_avx2);
+
+    kt->vec_swiglu = vec_swiglu_avx2;
+    kt->vec_swiglu_name = "vec_swiglu_avx2";
+    kt->vec_silu = vec_silu_avx2;
+    kt->vec_silu_name = "vec_silu_avx2";
+    kt->vec_soft_max = vec_soft_max_avx2;
+    kt->vec_soft_max_name = "vec_soft_max_avx2";
 
     /* activations: ggml's run-time rounding for Q8_0 / Q8_1, the reference one for the rest */
     SET_QA(LLMRT_TYPE_F16, quant_row_f16_avx2);

@@ -145,7 +145,30 @@ static ALWAYS_INLINE void vec_dot_float(int n, float *s, const void *x, const vo
 }
 
 static void vec_dot_f32_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_F32); }
-static void vec_dot_f16_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_F16); }
+/* ggml_vec_dot_f16 on AVX2, in its exact order: 4 accumulators of 8 lanes over steps of 32,
+ * reduced as (a0 + a2) + (a1 + a3), then the 128-bit halves, then two hadds; the tail (n % 32
+ * elements) is added in double, one f32 product at a time. */
+static void vec_dot_f16_avx2(int n, float *s, const void *vx, const void *vy) {
+    const llmrt_fp16_t *x = vx; /* (n) */
+    const llmrt_fp16_t *y = vy; /* (n) */
+    const int np = n & ~31;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int i = 0; i < np; i += 32) {
+        for (int j = 0; j < 4; j++) {
+            const __m256 ax = _mm256_cvtph_ps(loadu128(x + i + 8 * j));
+            const __m256 ay = _mm256_cvtph_ps(loadu128(y + i + 8 * j));
+            acc[j] = _mm256_fmadd_ps(ax, ay, acc[j]);
+        }
+    }
+    acc[0] = _mm256_add_ps(acc[0], acc[2]);
+    acc[1] = _mm256_add_ps(acc[1], acc[3]);
+    acc[0] = _mm256_add_ps(acc[0], acc[1]);
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    double sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    for (int i = np; i < n; i++) sum += (double)(f16(x[i]) * f16(y[i]));
+    *s = (float)sum;
+}
 static void vec_dot_bf16_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_BF16); }
 
 /* ---- 32-element blocks ------------------------------------------------------------------------- */

@@ -1,0 +1,42 @@
+/*
+ * rope_shift.c — KV_STORE_PRE: pre-RoPE keys into the streaming cache's master copy (see
+ * rope_shift.h). The shift itself (llmrt_kv_cache_rerope) lives in kv_cache.c and uses rope.c's
+ * helpers, so a re-roped key is computed exactly as the graph's rope node computes it.
+ */
+#include "ops/rope_shift.h"
+
+#include <string.h>
+
+/* Chunks: one per token (copy its n_head_kv rows), plus chunk n: register the rope params. */
+void llmrt_compute_kv_store_pre(const llmrt_compute_params *p, llmrt_tensor *dst) {
+    const llmrt_tensor *x = dst->src[0];
+    const llmrt_tensor *rope = dst->src[1];
+    const llmrt_tensor *ff = dst->src[2];
+    llmrt_kv_cache *cache = p->ctx->cache;
+    const int l = dst->op_params[0];
+    if (cache == NULL || cache->k_pre == NULL) return;
+    const int64_t hd = x->ne[0], nkv = x->ne[1], n = x->ne[2];
+    const size_t cell_floats = (size_t)hd * (size_t)nkv;
+    for (int64_t c = llmrt_claim(p); c <= n; c = llmrt_claim(p)) {
+        if (c == n) {
+            llmrt_kv_rope rp;
+            rp.n_rot = rope->op_params[0];
+            rp.mode = rope->op_params[1];
+            rp.n_ctx_orig = rope->op_params[2];
+            rp.freq_base = llmrt_get_op_param_f32(rope, 3);
+            rp.freq_scale = llmrt_get_op_param_f32(rope, 4);
+            rp.ext_factor = llmrt_get_op_param_f32(rope, 5);
+            rp.attn_factor = llmrt_get_op_param_f32(rope, 6);
+            rp.beta_fast = llmrt_get_op_param_f32(rope, 7);
+            rp.beta_slow = llmrt_get_op_param_f32(rope, 8);
+            llmrt_kv_cache_set_rope(cache, l, &rp, ff != NULL ? (const float *)ff->data : NULL);
+            continue;
+        }
+        const int64_t cell = p->ctx->kv_first + c;
+        float *d = cache->k_pre[l] + (size_t)cell * cell_floats;
+        for (int64_t h = 0; h < nkv; h++) {
+            const char *s = (const char *)x->data + c * x->nb[2] + h * x->nb[1];
+            memcpy(d + (size_t)h * (size_t)hd, s, (size_t)hd * sizeof(float));
+        }
+    }
+}
