@@ -320,7 +320,7 @@ class ChatSession:
         cache = list(sess.tokens)
         n = _common_prefix(cache, ids)
         if n == len(cache) and n < len(ids):
-            self._check_fits(len(ids) - n)
+            self._check_fits(len(ids) - max(n, getattr(sess, "n_keep", 0)))
             return sess.eval(ids[n:]), ids[n:]
         # The cache is not a prefix of the conversation. If the session evicted tokens (context
         # shift) but holds exactly what we fed it last time, the conversation we fed is still
@@ -339,6 +339,8 @@ class ChatSession:
         KeyboardInterrupt stops the answer: what was generated is kept in the conversation and
         the interrupt is re-raised."""
         msgs = self.messages + [{"role": "user", "content": user_text}]
+        if hasattr(self.session, "n_keep"):
+            self._check_fits(len(self.tokenizer.encode(user_text, add_special=False)))
         ids = encode_chat(self.tokenizer, self.template.render(msgs, add_generation_prompt=True))
         try:
             logits, fed = self._feed(ids)

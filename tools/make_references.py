@@ -453,7 +453,7 @@ def teacher_forced(llm, texts):
     return tf
 
 
-def build_nbatch1(name, path, ref):
+def build_nbatch1(name, path, ref, command):
     """llama.cpp's single-token path: n_batch = n_ubatch = 1, so every matmul is a matrix-vector
     product (vec_dot / gemv kernels, no llamafile sgemm or repacked gemm). Adds
     "teacher_forced_nbatch1" (same texts, fed token by token) and "greedy_nbatch1" (same prompts,
@@ -471,6 +471,7 @@ def build_nbatch1(name, path, ref):
     llm = make_llm(path, N_CTX_TF, logits_all=True, n_batch=1)
     tf = teacher_forced(llm, TF_TEXTS)
     del llm
+    ref["command_nbatch1"] = command
     ref["settings_nbatch1"] = {"n_batch": 1, "n_ubatch": 1, "n_threads": N_THREADS, "n_ctx": N_CTX,
                                "n_ctx_teacher_forced": N_CTX_TF, "flash_attn": FLASH_ATTN}
     ref["greedy_nbatch1"] = g
@@ -509,7 +510,7 @@ def main():
                 ref, n_pp, t = json.load(f), 0, None
         else:
             ref, (n_pp, t) = build(name, path, command, not args.no_timing)
-        ref = build_nbatch1(name, path, ref)
+        ref = build_nbatch1(name, path, ref, command)
         os.makedirs(args.out_dir, exist_ok=True)
         with open(out, "w", encoding="utf-8") as f:
             json.dump(ref, f, ensure_ascii=False, indent=None, separators=(",", ":"))
