@@ -46,6 +46,27 @@ def quantize_raw(const float[::1] x,            # IN  n floats
         fn(&x[0], &out[0], n)
 
 
+def quantize_act_raw(const float[::1] x,        # IN  n floats
+                     uint8_t[::1] out,          # OUT blocks, nbytes = n / blck_size * type_size
+                     int type_id):
+    """Quantize `x` as mul_mat quantizes activations (the kernel table's quant_act_row: ggml's
+    run-time rounding on this ISA level) into raw blocks of `type_id`."""
+    cdef const llmrt_type_traits *tt = llmrt_type_traits_get(type_id)
+    if tt == NULL:
+        raise ValueError(f"[quantize_act] unsupported type id {type_id}")
+    cdef const llmrt_kernel_table *kt = llmrt_kernels()
+    cdef llmrt_quant_row_fn fn = kt.quant_act_row[type_id]
+    if fn == NULL:
+        raise ValueError(f"[quantize_act] no activation quantizer for {tt.name.decode()}")
+    cdef int64_t n = x.shape[0]
+    if n % tt.blck_size != 0 or <size_t>out.shape[0] != <size_t>(n // tt.blck_size) * tt.type_size:
+        raise ValueError(f"[quantize_act] {out.shape[0]} bytes do not hold {n} {tt.name.decode()} elements")
+    if n == 0:
+        return
+    with nogil:
+        fn(&x[0], &out[0], n)
+
+
 def has_kernel(str table, int type_id):
     """True if the current kernel table has a `table` ("dequant_row" / "quant_row") entry."""
     cdef const llmrt_kernel_table *kt = llmrt_kernels()

@@ -139,6 +139,8 @@ class Session:
         n = int(n)
         if self.kv_mode == "window":
             n = 0
+        if self.kv_mode == "none":      # nothing is ever evicted: n_keep does not matter
+            n = max(0, min(n, self.n_ctx - 1))
         if n < 0 or n + 1 > self.n_ctx:
             raise ValueError(f"n_keep ({n}) + 1 must be <= ctx_size ({self.n_ctx}) and n_keep >= 0: "
                              f"the pinned tokens and at least one new token must fit")
@@ -155,6 +157,8 @@ class Session:
     @n_discard.setter
     def n_discard(self, n: int):
         n = int(n)
+        if self.kv_mode == "none":
+            n = -1
         if n != -1 and not 0 < n <= self.n_ctx - self._n_keep:
             raise ValueError(f"n_discard must be -1 (half of the unpinned cells) or in [1, ctx_size "
                              f"({self.n_ctx}) - n_keep ({self._n_keep})], got {n}")

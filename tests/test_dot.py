@@ -552,3 +552,135 @@ def test_vec_dot_validates_arguments():
         core.vec_dot(5, w, ab, 64)  # 4 and 5 are retired Q4_2/Q4_3
     with pytest.raises(ValueError, match="no dot-product kernel"):
         core.vec_dot(type_id(T.I8), w, ab, 64)
+
+
+# ---- bit-exact: ggml's own f32 order on AVX2 ---------------------------------------------------------
+#
+# For the kernels llama.cpp runs for one token (vec_dot, and ggml_gemv_q4_K_8x8_q8_K for the
+# repacked Q4_K weights) the AVX2 kernels reproduce ggml's arithmetic order exactly, so llmrt's
+# logits equal llama.cpp's bit for bit (tests/test_real_models.py). Here each is compared for
+# equality with a numpy emulation of that order: f32 lanes, exact integer lane sums, fused
+# multiply-adds (emulated in long double: the product of two floats is exact there, so only the
+# final rounding to f32 remains), and ggml's horizontal sums.
+
+F32 = np.float32
+
+
+def fma32(a, b, c):
+    ld = np.longdouble
+    return F32(ld(F32(a)) * ld(F32(b)) + ld(F32(c)))
+
+
+def hsum_float_8(v):
+    """ggml's hsum_float_8: (hi + lo) over 4 lanes, then movehl, then movehdup."""
+    v = np.asarray(v, F32)
+    r = (v[4:] + v[:4]).astype(F32)
+    r2 = (r[:2] + r[2:]).astype(F32)
+    return F32(r2[0] + r2[1])
+
+
+def lanes8(prod):
+    """(nblocks, 32) exact integer products -> (nblocks, 8) lane sums (lane k: elements 4k..4k+3)."""
+    return prod.reshape(prod.shape[0], 8, 4).sum(axis=2)
+
+
+def ggml_dot_q8_0_like(dx, qx, dy, qy):
+    """Q8_0 / Q5_0 / Q4_0 x Q8_0 on AVX2: acc = fma(dx·dy, lanes, acc) per block; hsum."""
+    acc = np.zeros(8, F32)
+    lanes = lanes8(qx * qy)
+    for ib in range(qx.shape[0]):
+        d = F32(F32(dx[ib]) * F32(dy[ib]))
+        acc = np.array([fma32(d, F32(lanes[ib, k]), acc[k]) for k in range(8)], F32)
+    return hsum_float_8(acc)
+
+
+def ggml_dot_q4_1(dx, mx, qx, dy, sy, qy):
+    acc = np.zeros(8, F32)
+    summs = F32(0)
+    lanes = lanes8(qx * qy)
+    for ib in range(qx.shape[0]):
+        summs = fma32(mx[ib], sy[ib], summs)                 # contracted by ggml's build
+        d = F32(F32(dx[ib]) * F32(dy[ib]))
+        acc = np.array([fma32(d, F32(lanes[ib, k]), acc[k]) for k in range(8)], F32)
+    return F32(hsum_float_8(acc) + summs)
+
+
+def ggml_dot_q6_K(d, sc, q, dy, qy):
+    """q (nb, 256) unsigned 0..63, sc (nb, 16), qy (nb, 256)."""
+    acc = np.zeros(8, F32)
+    for i in range(q.shape[0]):
+        prod = (q[i] * qy[i] * np.repeat(sc[i], 16)).reshape(8, 32)     # 8 groups of 32
+        lanes = prod.reshape(8, 8, 4).sum(axis=(0, 2))                  # lane k over all groups
+        bsums = qy[i].reshape(16, 16).sum(axis=1)
+        lanes = lanes - 32 * (bsums * sc[i]).reshape(8, 2).sum(axis=1)
+        dd = F32(F32(dy[i]) * F32(d[i]))
+        acc = np.array([fma32(dd, F32(lanes[k]), acc[k]) for k in range(8)], F32)
+    return hsum_float_8(acc)
+
+
+def ggml_gemv_q4_K(d, dmin, sc, mn, q, dy, qy):
+    """One row of ggml_gemv_q4_K_8x8_q8_K: whole-block integer sums, two f32 fma chains."""
+    acc = acc_min = F32(0)
+    for i in range(q.shape[0]):
+        isum = int((q[i] * qy[i] * np.repeat(sc[i], 32)).sum())
+        imin = int((qy[i].reshape(8, 32).sum(axis=1) * mn[i]).sum())
+        acc = fma32(F32(isum), F32(F32(d[i]) * F32(dy[i])), acc)
+        acc_min = fma32(F32(imin), F32(F32(dmin[i]) * F32(dy[i])), acc_min)
+    return F32(acc - acc_min)
+
+
+def ggml_dot_f16(x, y):
+    """ggml_vec_dot_f16 on AVX2: 4 x 8 lanes over steps of 32, reduce, then a double tail."""
+    x = x.astype(F32)
+    y = y.astype(F32)
+    n = x.shape[0]
+    np_ = n & ~31
+    acc = np.zeros((4, 8), F32)
+    for i in range(0, np_, 32):
+        for j in range(4):
+            for k in range(8):
+                acc[j, k] = fma32(x[i + 8 * j + k], y[i + 8 * j + k], acc[j, k])
+    a0 = ((acc[0] + acc[2]).astype(F32) + (acc[1] + acc[3]).astype(F32)).astype(F32)
+    t0 = (a0[:4] + a0[4:]).astype(F32)
+    s = float(F32(F32(t0[0] + t0[1]) + F32(t0[2] + t0[3])))
+    for i in range(np_, n):
+        s += float(F32(x[i] * y[i]))
+    return F32(s)
+
+
+EXACT_CASES = [pytest.param(t, n, id=f"{t.name}-n{n}")
+               for t, ns in ((T.Q8_0, (32, 7 * 32, 24 * 32)), (T.Q5_0, (32, 7 * 32)), (T.Q4_1, (32, 7 * 32, 24 * 32)),
+                             (T.Q6_K, (256, 3 * 256)), (T.Q4_K, (256, 3 * 256)), (T.F16, (8, 64, 70, 256, 300)))
+               for n in ns]
+
+
+@pytest.mark.parametrize("t,n", EXACT_CASES)
+def test_avx2_dot_is_ggml_order_bit_exact(t, n):
+    if ISA_LEVELS.index("avx2") > ISA_LEVELS.index(core.isa_max_supported()):
+        pytest.skip("CPU lacks avx2")
+    rng = np.random.default_rng(1000 + n + int(t))
+    at = VEC_DOT_TYPE[t]
+    for _ in range(3):
+        w = random_weights(t, n, rng)
+        a = random_activations(n, rng)
+        ab = quantize_act(at, a)
+        got = F32(dot_at("avx2", t, w, ab, n))
+        if t == T.F16:
+            want = ggml_dot_f16(w.view(np.float16), ab.view(np.float16))
+        else:
+            be, bb = block_size(t)
+            b = w.reshape(-1, bb)
+            qa, sa, s_q81 = act_values(at, ab)
+            qa = qa.reshape(-1, be)
+            dy = sa.reshape(-1, be)[:, 0]
+            parts = unpack(t, w)
+            if t in (T.Q8_0, T.Q5_0):
+                want = ggml_dot_q8_0_like(parts[0][2][:, 0], parts[0][0], dy, qa)
+            elif t == T.Q4_1:
+                want = ggml_dot_q4_1(parts[0][2][:, 0], parts[1][2][:, 0], parts[0][0], dy, s_q81, qa)
+            elif t == T.Q6_K:
+                want = ggml_dot_q6_K(f16_at(b, 208), i8(b, 192, 208), parts[0][0] + 32, dy, qa)
+            else:  # Q4_K
+                sc, mn = _k4_scales_mins(b[:, 4:16])
+                want = ggml_gemv_q4_K(f16_at(b, 0), f16_at(b, 2), sc, mn, parts[0][0], dy, qa)
+        assert got == want, (t.name, n, got, want)

@@ -45,7 +45,9 @@ ROPE_DEF_ATOL = 3e-4
 DOT_RTOL = 1e-5
 # attention with an f32 cache vs float64: dot products of hd <= 40 floats, exp, a weighted sum.
 ATTN_F32_ATOL = 2e-5
-# f16 cache: the reference uses the same f16-rounded K/V, so only f32 arithmetic remains.
+# f16 cache: the reference uses the same f16-rounded K/V, and rounds q and the probabilities to
+# f16 before their products as the kernel does (llama.cpp's non-flash path), so only f32
+# arithmetic remains (the fixed seed keeps every probability away from an f16 rounding tie).
 ATTN_F16_ATOL = 2e-5
 
 
@@ -456,9 +458,12 @@ def test_rope_neox_is_rotate_half(rng):
 
 # ---- attention ------------------------------------------------------------------------------------
 
-def attention_ref(q, kc, vc, cell_pos, q_pos, scale, n_swa=0, softcap=0.0):
+def attention_ref(q, kc, vc, cell_pos, q_pos, scale, n_swa=0, softcap=0.0, f16=False):
     """q [n, nh, hd], kc [cells, nkv, hd], vc [cells, nkv, hdv] (as stored), positions of cells
-    and queries -> [n, nh * hdv], float64."""
+    and queries -> [n, nh * hdv], float64. With f16 (an f16 cache), q and the probabilities are
+    rounded to f16 before their products with K and V, as llama.cpp's non-flash path does."""
+    if f16:
+        q = f16_round(q)
     q, kc, vc = (np.asarray(a, dtype=np.float64) for a in (q, kc, vc))
     n, nh, _ = q.shape
     nkv = kc.shape[1]
@@ -473,7 +478,10 @@ def attention_ref(q, kc, vc, cell_pos, q_pos, scale, n_swa=0, softcap=0.0):
             if softcap:
                 s = softcap * np.tanh(s / softcap)
             p = np.exp(s - s.max())
-            out[i, h] = p @ vc[ok, kh] / p.sum()
+            p = p / p.sum()
+            if f16:
+                p = f16_round(p.astype(np.float32)).astype(np.float64)
+            out[i, h] = p @ vc[ok, kh]
     return out.reshape(n, -1)
 
 
@@ -500,9 +508,73 @@ def test_attention_prefill(rng, dtype, variant, n_threads):
     a = b.g.attention(b.act(q), b.act(k), b.act(v), cache, 0, 0.4, n_swa=n_swa, softcap=softcap)
     y = b.run(a, positions=pos)
     kc, vc = (k, v) if dtype == "f32" else (f16_round(k), f16_round(v))
-    ref = attention_ref(q, kc, vc, pos, pos, 0.4, n_swa, softcap)
+    ref = attention_ref(q, kc, vc, pos, pos, 0.4, n_swa, softcap, f16=dtype == "f16")
     np.testing.assert_allclose(y, ref, atol=ATTN_F32_ATOL if dtype == "f32" else ATTN_F16_ATOL)
     assert cache.n_used == n
     np.testing.assert_array_equal(cache.positions(), pos)
     np.testing.assert_array_equal(cache.k(0), kc)  # what was stored, in the cache's type
     np.testing.assert_array_equal(cache.v(0), vc)
+
+
+# ---- ggml's vector exp / silu, bit for bit ---------------------------------------------------------
+#
+# SILU and SwiGLU use the kernel table's vec_silu / vec_swiglu: on AVX2, ggml_v_silu with its
+# exp approximation (ggml_v_expf) over blocks of 8 and libm expf for the tail; generic, libm expf
+# everywhere (ggml_silu_f32). numpy emulations of both, compared for equality.
+
+import ctypes  # noqa: E402
+
+_LIBM = ctypes.CDLL("libm.so.6")
+_LIBM.expf.restype = ctypes.c_float
+_LIBM.expf.argtypes = [ctypes.c_float]
+
+
+def _fma32(a, b, c):
+    ld = np.longdouble  # the product of two floats is exact in long double; one rounding to f32
+    return (ld(a) * ld(b) + ld(c)).astype(np.float32)
+
+
+def H(s):
+    """A C hex float literal (0x1.8p23f) as float32."""
+    return np.float32(float.fromhex(s))
+
+
+def v_expf_ggml(x):
+    """ggml_v_expf (AVX2 + FMA) for |x| small enough that no lane takes its |n| > 126 path."""
+    f = np.float32
+    x = np.asarray(x, f)
+    r = H("0x1.8p23")
+    z = _fma32(x, H("0x1.715476p+0"), r)
+    n = (z - r).astype(f)
+    b = _fma32(-n, H("0x1.7f7d1cp-20"), _fma32(-n, H("0x1.62e4p-1"), x))
+    e = (z.view(np.int32).astype(np.int64) << 23).astype(np.uint32).astype(np.int64)
+    k = ((e + int(np.array(1.0, f).view(np.int32))) & 0xFFFFFFFF).astype(np.uint32).view(f)
+    assert (np.abs(n) <= 126).all()
+    u = (b * b).astype(f)
+    j = _fma32(_fma32(_fma32(H("0x1.0e4020p-7"), b, H("0x1.573e2ep-5")), u,
+                      _fma32(H("0x1.555e66p-3"), b, H("0x1.fffdb6p-2"))), u, (H("0x1.ffffecp-1") * b).astype(f))
+    return _fma32(j, k, k)
+
+
+def silu_ggml(x, level):
+    f = np.float32
+    x = np.asarray(x, f)
+    out = np.empty_like(x)
+    nv = x.shape[-1] // 8 * 8 if level != "generic" else 0
+    xv = x[..., :nv]
+    out[..., :nv] = (xv / (f(1) + v_expf_ggml((f(0) - xv).astype(f))).astype(f)).astype(f)
+    tail = x[..., nv:]
+    ex = np.vectorize(lambda v: _LIBM.expf(float(-v)), otypes=[f])(tail) if tail.size else tail
+    out[..., nv:] = (tail / (f(1) + ex).astype(f)).astype(f)
+    return out
+
+
+def test_swiglu_and_silu_are_ggml_bit_exact(isa_level, rng):
+    gate = (rng.standard_normal((3, 45)) * 4).astype(np.float32)   # 5 blocks of 8 + a tail of 5
+    up = rng.standard_normal((3, 45)).astype(np.float32)
+    b = Builder(3)
+    y = b.run(b.g.glu(b.act(gate), b.act(up), "silu"))
+    want_silu = silu_ggml(gate, isa_level)
+    np.testing.assert_array_equal(y, (want_silu * up).astype(np.float32))
+    b = Builder(3)
+    np.testing.assert_array_equal(b.run(b.g.silu(b.act(gate))), want_silu)

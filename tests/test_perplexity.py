@@ -29,9 +29,12 @@ EXACT_REL = 1e-6
 # Streamed with no eviction vs teacher-forced model(ids): decode (one row) and prefill (many
 # rows) add in different orders in f32; measured max |diff| ~1e-6 on the tiny f32 model.
 STREAM_VS_FULL_ABS = 1e-4
-# shift vs recompute on the tiny model with an f32 cache: shift rotates the exact pre-RoPE keys
-# once, recompute re-derives them; both equal up to f32 rounding (measured ~1e-6 on the NLLs).
-SHIFT_VS_RECOMPUTE_ABS = 1e-4
+# shift vs recompute, ONE-layer tiny model, f32 cache: the same K/V up to f32 rounding
+# (measured: identical NLLs, 0.0 difference).
+SHIFT_VS_RECOMPUTE_ABS = 1e-6
+# shift vs recompute, 3-layer tiny random model (near-uniform ppl ~500), 140 of 159 tokens
+# evicted at ctx 24: measured 1.6% apart. The real-model bound (0.5%) is in the benchmarks.
+SHIFT_VS_RECOMPUTE_PPL_REL = 0.05
 # Done-when of issue 4 item 6: llmrt's default-mode perplexity within 1% of llama.cpp's.
 LLAMACPP_PPL_REL = 0.01
 
@@ -162,17 +165,36 @@ def test_stream_without_eviction_equals_teacher_forced(streaming, batch):
     assert r.n_evicted == 0
 
 
+@pytest.fixture(scope="module")
+def tiny_1layer(tmp_path_factory):
+    model, config = tiny_model("llama", seed=0, num_hidden_layers=1)
+    path = write_gguf(model, config, tmp_path_factory.mktemp("ppl1") / "tiny1.gguf", dtype="f32")
+    return Model(str(path), n_threads=2, ctx_size=64, kv_dtype="f32")
+
+
+def test_stream_shift_equals_recompute_one_layer(streaming, tiny_1layer):
+    """One layer: a token's K/V depend only on the token and its position, so shift (re-rotated
+    keys) and recompute (re-evaluated keys) give the same NLLs, over many evictions."""
+    toks = random_ids(160, tiny_1layer.n_vocab, seed=11)
+    kw = dict(ctx_size=24, n_keep=4, n_discard=-1, progress=False)
+    sh = P.perplexity_stream(tiny_1layer, toks, kv_mode="shift", **kw)
+    rc = P.perplexity_stream(tiny_1layer, toks, kv_mode="recompute", **kw)
+    assert sh.n_evicted > 100 and sh.n_evicted == rc.n_evicted
+    np.testing.assert_allclose(sh.nll, rc.nll, atol=SHIFT_VS_RECOMPUTE_ABS)
+    # eviction really happened: past the cache, the NLLs differ from the full-context ones
+    full = P.token_nll(tiny_1layer(toks)[:-1], toks[1:])
+    assert np.abs(sh.nll[30:] - full[30:]).max() > 1e-2
+
+
 def test_stream_shift_close_to_recompute(streaming):
-    """Many evictions at ctx 24: shift and recompute see the same tokens at the same positions."""
+    """Three layers: shift keeps the K/V the survivors got with the evicted tokens in context,
+    recompute rebuilds them without; per token they differ, the perplexity stays close."""
     toks = random_ids(160, streaming.n_vocab, seed=11)
     kw = dict(ctx_size=24, n_keep=4, n_discard=-1, progress=False)
     sh = P.perplexity_stream(streaming, toks, kv_mode="shift", **kw)
     rc = P.perplexity_stream(streaming, toks, kv_mode="recompute", **kw)
-    assert sh.n_evicted > 100 and sh.n_evicted == rc.n_evicted
-    np.testing.assert_allclose(sh.nll, rc.nll, atol=SHIFT_VS_RECOMPUTE_ABS)
-    # eviction really happened: past the cache, the NLLs differ from the full-context ones
-    full = P.token_nll(streaming(toks)[:-1], toks[1:])
-    assert np.abs(sh.nll[30:] - full[30:]).max() > 1e-2
+    assert sh.n_evicted == rc.n_evicted > 100
+    assert sh.ppl == pytest.approx(rc.ppl, rel=SHIFT_VS_RECOMPUTE_PPL_REL)
 
 
 def test_stream_window_has_no_sinks(streaming):

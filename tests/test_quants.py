@@ -431,3 +431,68 @@ def test_errors_name_the_function():
         quants.quantize(np.zeros(32, np.float32), "q9_9")
     with pytest.raises(ValueError, match=r"\[row_size\].*Q6_K"):
         quants.row_size("Q6_K", 100)
+
+
+# ---- activation quantizers (kernel table quant_act_row, used by mul_mat) ------------------------------
+#
+# mul_mat quantizes activations as ggml's CPU backend does at run time, which is not the reference
+# rounding above: on x86 AVX2, quantize_row_q8_0 / q8_1 multiply by id = 127 / amax and round to
+# nearest with ties to EVEN (_mm256_round_ps), and Q8_1's s is fp16(d * Σq). The generic level
+# (ggml's scalar path) and Q8_K use the reference quantizers.
+
+def ggml_avx2_quantize_q8(x, with_sum):
+    """numpy emulation of ggml's AVX2 quantize_row_q8_0 (with_sum False) / q8_1 (True) -> bytes."""
+    xb = np.asarray(x, np.float32).reshape(-1, 32)
+    amax = np.abs(xb).max(axis=1)
+    d = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        iv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.rint((xb * iv[:, None]).astype(np.float32)).astype(np.int64)   # rint: ties to even
+    head = [d.astype(np.float16).reshape(-1, 1).view(np.uint8)]
+    if with_sum:
+        s = (d * q.sum(axis=1).astype(np.float32)).astype(np.float32)
+        head.append(s.astype(np.float16).reshape(-1, 1).view(np.uint8))
+    return np.concatenate(head + [q.astype(np.int8).view(np.uint8)], axis=1).reshape(-1)
+
+
+def quantize_act(x, t):
+    from llmrt import _core
+    _, be, bb, _, _ = _core.type_traits(int(t))   # llmrt's (ggml's) block sizes: Q8_1 is 36 bytes
+    out = np.zeros(x.size // be * bb, np.uint8)
+    _core.quantize_act_raw(np.ascontiguousarray(x, np.float32), out, int(t))
+    return out
+
+
+def act_inputs(rng):
+    x = (rng.standard_normal(32 * 40) * np.repeat(np.exp(rng.normal(0, 2, 40)), 32)).astype(np.float32)
+    # ties: amax = 127 makes id = 1, so x = k + 0.5 is an exact half (even vs away-from-zero)
+    x[:32] = np.float32(127)
+    x[1:8] = np.array([2.5, -2.5, 3.5, -0.5, 0.5, 1.5, 126.5], np.float32)
+    x[32:64] = 0.0                                                  # an all-zero block
+    return x
+
+
+@pytest.mark.parametrize("t", [T.Q8_0, T.Q8_1])
+def test_activation_quantizer_is_ggml_runtime_rounding(isa_level, rng, t):
+    x = act_inputs(rng)
+    got = quantize_act(x, t)
+    if isa_level == "generic":   # ggml's scalar quantize_row_q8_*: the reference
+        want = (ref_quantize_q8_1(x) if t == T.Q8_1 else
+                np.asarray(quants.quantize(x.reshape(1, -1), t)).reshape(-1).view(np.uint8))
+    else:
+        want = ggml_avx2_quantize_q8(x, t == T.Q8_1)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_activation_quantizer_ties_to_even_on_avx2(rng):
+    from llmrt import runtime
+    if "avx2" not in runtime.available_isas():
+        pytest.skip("CPU lacks avx2")
+    before = runtime.isa()
+    runtime.set_isa("avx2")
+    try:
+        got = quantize_act(act_inputs(rng), T.Q8_0)[:34]
+    finally:
+        runtime.set_isa(before)
+    qs = got[2:].view(np.int8)
+    assert qs[:8].tolist() == [127, 2, -2, 4, 0, 0, 2, 126]   # the reference gives 3, -3, 4, -1, 1, 2, 127

@@ -260,6 +260,7 @@ def test_validation(gguf_path):
         s.n_keep = 16
     s.n_keep = 6
     assert s.n_keep == 6
+    assert m.new_session(ctx_size=4, kv_mode="none").n_keep == 3   # no eviction: n_keep moot
     strict = m.new_session(ctx_size=8, n_keep=0, kv_mode="none")
     strict.eval(_ids(8))
     with pytest.raises(ValueError, match="context full"):
@@ -345,3 +346,29 @@ def test_cli_bad_keep(gguf_path):
     assert r.exit_code == 1 and "n_keep (8) + 1 must be <= ctx_size (8)" in r.stderr
     r = CliRunner().invoke(main, ["generate", str(gguf_path("llama")), "-p", "hi", "--keep", "x"])
     assert r.exit_code == 2 and "integer or 'auto'" in r.output
+
+
+# ---- real model --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_real_gemma3_shift_uses_each_layers_base():
+    """Gemma 3 (the model users see garbage from after shifts elsewhere): local layers shift
+    with base 10000, global ones with rope.freq_base, and the shifted cache equals the keys
+    re-roped once from their masters."""
+    from fake_lm import real_model
+    m = real_model("gemma3-270m")
+    hp = m.hparams
+    ids = m.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 6, add_special=True)
+    s = m.new_session(ctx_size=32, n_keep=4)
+    for t in ids[:-1]:
+        s.eval([t])
+    assert s.n_shifts >= 2
+    for il in range(hp.n_layer):
+        want = hp.rope_freq_base_swa if hp.is_swa(il) else hp.rope.freq_base
+        assert s.cache.rope_params(il)["freq_base"] == np.float32(want)
+    assert {hp.is_swa(il) for il in range(hp.n_layer)} == {True, False}
+    ref = m.new_session(ctx_size=32, n_keep=4)
+    ref.cache.copy_from(s.cache)
+    ref.tokens = list(s.tokens)
+    ref.cache.rerope()
+    np.testing.assert_array_equal(s.eval([ids[-1]]), ref.eval([ids[-1]]))

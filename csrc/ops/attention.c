@@ -10,8 +10,8 @@
  *     s_c = softcap * tanh(s_c / softcap)                      if softcap != 0
  *     out = sum_c softmax(s)_c V[c, kv head]
  *
- * in llama.cpp's non-flash order and roundings (see llmrt_compute_attention), so the result is
- * bit-identical to llama.cpp run one token at a time. Cells are visited in index order and
+ * in llama.cpp's non-flash order and roundings (see llmrt_compute_attention), so at the AVX2
+ * level the result is bit-identical to llama.cpp's AVX2 build run one token at a time. Cells are visited in index order and
  * masked by their stored positions only: a cell's index is never taken as its position.
  */
 #include <math.h>
@@ -46,7 +46,7 @@ void llmrt_compute_kv_store(const llmrt_compute_params *p, llmrt_tensor *dst) {
     }
 }
 
-/* llama.cpp computes attention over n_kv cells: the cells used so far (this token's cell + 1)
+/* llama.cpp computes attention over n_kv cells: the cells used so far (this ubatch's included)
  * padded to a multiple of 256 (llama_kv_cache's n_pad for the CPU); cells past the used ones are
  * masked. The padding decides which cells fall in the vector or the scalar part of ggml's
  * kernels, so it is reproduced here. */
@@ -107,9 +107,8 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
         const int64_t i = c / n_head;
         const int64_t h = c % n_head;
         const int64_t kh = h / group;
-        const int64_t cell_i = (int64_t)p->ctx->kv_first + i;
-        const int64_t n_kv = llmrt_attention_n_kv(cell_i);
-        const int64_t n_valid = cell_i + 1; /* cells written so far, this token's included */
+        const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
+        const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
         const int32_t p_i = p->ctx->positions[i];
 
         char *ws = (char *)p->wdata;

@@ -81,7 +81,7 @@ size_t llmrt_rope_wsize(const llmrt_tensor *dst);
 size_t llmrt_attention_wsize(const llmrt_tensor *dst);
 /* Attention's scratch for a cache of n_ctx cells (the graph grows its scratch to this at run). */
 size_t llmrt_attention_wsize_run(const llmrt_tensor *dst, int n_ctx);
-/* llama.cpp's n_kv for a token in cell `cell` (0-based): cells used so far padded to 256. */
+/* llama.cpp's n_kv when the last used cell is `cell` (0-based): cells used, padded to 256. */
 int64_t llmrt_attention_n_kv(int64_t cell);
 
 /* ---- RoPE pieces, shared with the cache's shift (ggml_rope_ext semantics) ---------------- */

@@ -379,20 +379,25 @@ static ALWAYS_INLINE __m256i isum_k4(const uint8_t *qs, const uint8_t *qh, const
     return isum;
 }
 
+/* Q4_K as ggml computes it for one token: its weights are repacked (8 rows interleaved, REPACK=1
+ * on AVX2 when rows % 8 == 0) and ggml_gemv_q4_K_8x8_q8_K keeps each row's whole super-block sum
+ * in one i32 lane, so per row and super-block: the exact integers Σ sc·q·y and Σ m·bsum, each
+ * converted to f32 and accumulated in its own chain, acc = fma(isum, d·dy, acc); the result is
+ * acc - acc_min. */
 static void vec_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q4_K *x = vx; /* (nb) */
     const block_q8_K *y = vy; /* (nb) */
     const int nb = n / QK_K;
-    __m256 acc = _mm256_setzero_ps();
-    float summ = 0.0f;
+    float acc = 0.0f, acc_min = 0.0f;
     for (int i = 0; i < nb; i++) {
         uint8_t sc[8], m[8];
         unpack_scales_mins_k4(x[i].scales, sc, m);
-        const __m256i isum = isum_k4(x[i].qs, NULL, sc, y[i].qs);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(isum), acc);
-        summ += f16(x[i].dmin) * y[i].d * (float)bsums_dot_mins8(y[i].bsums, m);
+        const int isum = hsum_i32(isum_k4(x[i].qs, NULL, sc, y[i].qs));
+        const int imin = bsums_dot_mins8(y[i].bsums, m);
+        acc = fmaf((float)isum, f16(x[i].d) * y[i].d, acc);
+        acc_min = fmaf((float)imin, f16(x[i].dmin) * y[i].d, acc_min);
     }
-    *s = hsum_ps(acc) - summ;
+    *s = acc - acc_min;
 }
 
 static void vec_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
@@ -411,15 +416,19 @@ static void vec_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *
     *s = hsum_ps(acc) - summ;
 }
 
+/* ggml_vec_dot_q6_K_q8_K's AVX2 order: unsigned 6-bit q (0..63) times y in 8 i32 lanes (lane k:
+ * elements 4k..4k+3 of every 32-element group, scaled), minus the offset 32 as
+ * (Σ_pairs bsum·sc) << 5 in the same lanes (lane k: bsums 2k, 2k+1), then one fma per block. */
 static void vec_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q6_K *x = vx; /* (nb) */
     const block_q8_K *y = vy; /* (nb) */
     const int nb = n / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i k32 = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const int8_t *sc = x[i].scales; /* (16) */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(sc));
+        const __m256i sub = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(y[i].bsums), sc16), 5);
         __m256i isum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = loadu256(x[i].ql + 64 * h);      /* groups 0 (low), 2 (high) */
@@ -431,13 +440,13 @@ static void vec_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *
                                             : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
                 const __m256i q = _mm256_or_si256(nib, _mm256_slli_epi16(shr_bytes(qh, 2 * g, 0x03), 4));
                 const __m256i qy = loadu256(y[i].qs + 128 * h + 32 * g);
-                /* (q - 32)·y pair sums: both maddubs stay below 2·63·128, their difference below 2·32·128 */
-                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, qy), _mm256_maddubs_epi16(k32, qy));
+                const __m256i p = _mm256_maddubs_epi16(q, qy); /* |pair| <= 2·63·128 */
                 const int is = 8 * h + 2 * g;
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scales_2x8(sc[is], sc[is + 1])));
             }
         }
-        const float d = f16(x[i].d) * y[i].d;
+        isum = _mm256_sub_epi32(isum, sub);
+        const float d = y[i].d * f16(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
     }
     *s = hsum_ps(acc);
