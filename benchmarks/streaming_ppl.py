@@ -2,12 +2,13 @@
 """StreamingLLM's experiment: perplexity on a text much longer than the cache, per eviction mode.
 
     python benchmarks/streaming_ppl.py [--models smollm2,gemma3] [--ctx 128] [--tokens 2048]
-        [--modes dense,window,recompute,shift] [--sinks 0,1,4,8] [--batch 1] [--json OUT]
+        [--modes dense,window,recompute,shift] [--sinks 0,1,4,8] [--batch 1] [--n-discard -1]
+        [--json OUT]
 
 For each model: the first --tokens tokens of the long text (below); "dense" is llama-perplexity's
 protocol on them (chunks of --ctx, no eviction: the usual number); "window" streams them through
 a cache of --ctx cells with no sinks; "recompute" and "shift" stream them with 0/1/4/8 sinks
-(n_discard = -1: half of the unpinned cells per eviction). Streaming is token by token
+(--n-discard -1, the default: half of the unpinned cells per eviction). Streaming is token by token
 (--batch 1, as in the paper) unless --batch says otherwise. Prints one table row per run.
 
 The long text: "Botchan (Master Darling)" by Natsume Soseki, translated by Yasotaro Morri (1919),
@@ -95,6 +96,7 @@ def main():
     ap.add_argument("--modes", default="dense,window,recompute,shift")
     ap.add_argument("--sinks", default="0,1,4,8")
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--n-discard", type=int, default=-1, help="cells per eviction (-1: half)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--text", default=None, help="score this file instead of the Botchan text")
     ap.add_argument("--json", default=None, help="append one JSON line per run to this file")
@@ -107,7 +109,8 @@ def main():
     sinks = [int(s) for s in a.sinks.split(",") if s != ""]
     modes = a.modes.split(",")
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {cpu_name()}, {a.threads} threads; ctx {a.ctx}, "
-          f"first {a.tokens} tokens of the text, streaming batch {a.batch}, n_discard -1 (half)")
+          f"first {a.tokens} tokens of the text, streaming batch {a.batch}, n_discard "
+          f"{'-1 (half)' if a.n_discard == -1 else a.n_discard}")
     print(f"| model | mode | sinks | ppl | +/- | tokens scored | evicted | seconds |")
     print(f"| --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     for name in a.models.split(","):
@@ -124,7 +127,7 @@ def main():
                 runs += [(mode, k) for k in sinks if not (mode == "shift" and k == 0 and "window" in modes)]
         for mode, k in runs:
             r = perplexity(m, ids, a.ctx, kv_mode=None if mode == "dense" else mode,
-                           n_keep=k or 0, batch=a.batch, progress=None)
+                           n_keep=k or 0, n_discard=a.n_discard, batch=a.batch, progress=None)
             ev = "-" if r.n_evicted is None else str(r.n_evicted)
             print(f"| {name} | {mode} | {'-' if k is None else k} | {r.ppl:.3f} | {r.ppl_err:.3f} | "
                   f"{r.n_tokens} | {ev} | {r.seconds:.0f} |", flush=True)
