@@ -1,6 +1,6 @@
 """Hyperparameter reading shared by the families (GGUF key conventions of llama.cpp)."""
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -92,6 +92,31 @@ def read_rope(r: KeyReader, n_rot: int, mode: int, n_ctx_train: int) -> RopePara
         raise ModelFormatError(f"{r.where}: unsupported rope scaling type {rtype!r} "
                                f"(llmrt supports none, linear, yarn)")
     return rp
+
+
+@dataclass
+class DecoderHParams:
+    """Hyperparameters every decoder family has (fields filled by read_base_hparams)."""
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    norm_eps: float
+    rope: RopeParams
+    attn_scale: float
+    tied_output: bool = False      # no output.weight: the logits use token_embd
+
+    def kv_shapes(self):
+        """Per layer (n_head_kv, head_dim_k, head_dim_v) of the KV cache."""
+        return [(self.n_head_kv, self.head_dim_k, self.head_dim_v)] * self.n_layer
+
+    def rope_for_layer(self, il):
+        return self.rope
 
 
 def read_base_hparams(f, default_eps: float, default_ctx: int):

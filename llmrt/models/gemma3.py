@@ -18,7 +18,7 @@ logit soft-capping in the sliding-window build.
 import math
 from dataclasses import dataclass
 
-from llmrt.models.common import ROPE_NEOX, RopeParams, read_base_hparams, read_rope
+from llmrt.models.common import ROPE_NEOX, DecoderHParams, read_base_hparams, read_rope
 
 can_shift = True
 
@@ -27,22 +27,9 @@ ROPE_FREQ_BASE_LOCAL = 10000.0
 
 
 @dataclass
-class HParams:
-    n_vocab: int
-    n_ctx_train: int
-    n_embd: int
-    n_layer: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim_k: int
-    head_dim_v: int
-    norm_eps: float
-    rope: RopeParams
-    attn_scale: float
-    n_swa: int
+class HParams(DecoderHParams):
+    n_swa: int = 0
     rope_freq_base_swa: float = ROPE_FREQ_BASE_LOCAL
-    tied_output: bool = True
     final_logit_softcap: float = 0.0
 
     @classmethod
@@ -61,12 +48,6 @@ class HParams:
 
     def is_swa(self, il):
         return self.n_swa > 0 and (il % SWA_PATTERN) < SWA_PATTERN - 1
-
-    def kv_shapes(self):
-        return [(self.n_head_kv, self.head_dim_k, self.head_dim_v)] * self.n_layer
-
-    def rope_for_layer(self, il):
-        return self.rope
 
 
 def required_tensors(hp):

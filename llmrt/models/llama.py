@@ -18,29 +18,16 @@ interleaved-pair layout, so rope mode NORM here matches HF's rotate-half on the 
 import math
 from dataclasses import dataclass
 
-from llmrt.models.common import ROPE_NORM, RopeParams, read_base_hparams, read_rope
+from llmrt.models.common import ROPE_NORM, DecoderHParams, read_base_hparams, read_rope
 
 can_shift = True  # RoPE only on Q/K: cached keys can be re-rotated
 
 
 @dataclass
-class HParams:
-    n_vocab: int
-    n_ctx_train: int
-    n_embd: int
-    n_layer: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim_k: int
-    head_dim_v: int
-    norm_eps: float
-    rope: RopeParams
-    attn_scale: float
+class HParams(DecoderHParams):
     qk_norm: bool = False
     qkv_bias: bool = False
     n_swa: int = 0
-    tied_output: bool = False
 
     rope_mode = ROPE_NORM
 
@@ -49,13 +36,6 @@ class HParams:
         r, base, n_rot = read_base_hparams(f, default_eps=1e-5, default_ctx=4096)
         return cls(**base, rope=read_rope(r, n_rot, rope_mode, base["n_ctx_train"]),
                    attn_scale=1.0 / math.sqrt(base["head_dim_k"]), qk_norm=qk_norm, qkv_bias=qkv_bias)
-
-    def kv_shapes(self):
-        """Per layer (n_head_kv, head_dim_k, head_dim_v) of the KV cache."""
-        return [(self.n_head_kv, self.head_dim_k, self.head_dim_v)] * self.n_layer
-
-    def rope_for_layer(self, il):
-        return self.rope
 
 
 def required_tensors(hp):
