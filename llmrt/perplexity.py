@@ -19,9 +19,9 @@ Stream mode (kv_mode "shift" | "recompute" | "window") is StreamingLLM's evaluat
 goes through ONE session of ctx_size cells, `batch` tokens at a time (1 = token by token, as
 the paper does), and the cache evicts as it goes (n_keep sinks, n_discard cells per
 eviction); every token from the second one on is scored by the logits of the token before it.
-With batch > 1 the tokens of a batch see each other and the cache, and an eviction happens
-before a batch that does not fit, so a token sees between ctx_size - n_keep - n_discard -
-batch and ctx_size - 1 tokens before it.
+With batch > 1 each token of a batch sees exactly the cache it would see token by token (the
+causal mask); only the eviction points move: an eviction comes before a batch that does not
+fit whole, up to batch - 1 tokens earlier than token by token.
 """
 from __future__ import annotations
 

@@ -17,10 +17,7 @@
 
 #include <string.h>
 
-/* Non-linear 4-bit grid of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl). */
-static const int8_t kvalues_iq4nl[16] = {
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-};
+#include "quant_common.h" /* kvalues_iq4nl, unpack_scales_mins_k4, unpack_scales_q3_k */
 
 #define FP16(h) llmrt_fp16_to_fp32(h)
 
@@ -158,28 +155,6 @@ static void vec_dot_iq4_nl_q8_0_generic(int n, float *s, const void *vx, const v
 
 /* ---- 256-element super-blocks (activations Q8_K) ----------------------------------------------- */
 
-/* Q4_K / Q5_K: the 8 6-bit scales and 8 6-bit mins packed in 12 bytes (ggml's get_scale_min_k4). */
-static inline void unpack_scales_mins_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        m[j] = q[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-        m[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
-/* Q3_K: 16 6-bit scales packed in 12 bytes: low nibbles in bytes 0..7, high 2-bit pairs in 8..11.
- * Returns them minus 32 (the stored offset). */
-static inline void unpack_scales_q3_k(const uint8_t *q, int8_t *sc) {
-    for (int j = 0; j < 16; j++) {
-        const int lo = j < 8 ? (q[j] & 0x0f) : (q[j - 8] >> 4);
-        const int hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
-        sc[j] = (int8_t)((lo | (hi << 4)) - 32);
-    }
-}
-
 static void vec_dot_q2_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q2_K *x = vx; /* (nb) */
     const block_q8_K *y = vy; /* (nb) */
@@ -259,18 +234,24 @@ static inline int summs_k4(const int16_t *bsums, const uint8_t *m) {
     return summs;
 }
 
+/* One Q4_K / Q5_K super-block times one Q8_K block: d·Σ sc·Σ q·y - dmin·Σ m·bsum (qh NULL for Q4_K). */
+static inline float dot_k4_q8_K(llmrt_fp16_t xd, llmrt_fp16_t xdmin, const uint8_t *scales, const uint8_t *qs,
+                                const uint8_t *qh, const block_q8_K *y) {
+    uint8_t sc[8], m[8];
+    unpack_scales_mins_k4(scales, sc, m);
+    const int isum = isum_k4(qs, qh, sc, y->qs);
+    const float d = FP16(xd) * y->d;
+    const float dmin = FP16(xdmin) * y->d;
+    return d * (float)isum - dmin * (float)summs_k4(y->bsums, m);
+}
+
 static void vec_dot_q4_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) {
     const block_q4_K *x = vx; /* (nb) */
     const block_q8_K *y = vy; /* (nb) */
     const int nb = n / QK_K;
     float sumf = 0.0f;
     for (int i = 0; i < nb; i++) {
-        uint8_t sc[8], m[8];
-        unpack_scales_mins_k4(x[i].scales, sc, m);
-        const int isum = isum_k4(x[i].qs, NULL, sc, y[i].qs);
-        const float d = FP16(x[i].d) * y[i].d;
-        const float dmin = FP16(x[i].dmin) * y[i].d;
-        sumf += d * (float)isum - dmin * (float)summs_k4(y[i].bsums, m);
+        sumf += dot_k4_q8_K(x[i].d, x[i].dmin, x[i].scales, x[i].qs, NULL, &y[i]);
     }
     *s = sumf;
 }
@@ -281,12 +262,7 @@ static void vec_dot_q5_K_q8_K_generic(int n, float *s, const void *vx, const voi
     const int nb = n / QK_K;
     float sumf = 0.0f;
     for (int i = 0; i < nb; i++) {
-        uint8_t sc[8], m[8];
-        unpack_scales_mins_k4(x[i].scales, sc, m);
-        const int isum = isum_k4(x[i].qs, x[i].qh, sc, y[i].qs);
-        const float d = FP16(x[i].d) * y[i].d;
-        const float dmin = FP16(x[i].dmin) * y[i].d;
-        sumf += d * (float)isum - dmin * (float)summs_k4(y[i].bsums, m);
+        sumf += dot_k4_q8_K(x[i].d, x[i].dmin, x[i].scales, x[i].qs, x[i].qh, &y[i]);
     }
     *s = sumf;
 }

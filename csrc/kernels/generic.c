@@ -28,18 +28,9 @@
 #include <stddef.h>
 #include <string.h>
 
-/* ---- byte helpers ------------------------------------------------------------------------- */
+#include "quant_common.h"
 
-static inline float rd_f16(const uint8_t *p) {
-    llmrt_fp16_t h;
-    memcpy(&h, p, sizeof(h));
-    return llmrt_fp16_to_fp32(h);
-}
-
-static inline void wr_f16(uint8_t *p, float f) {
-    const llmrt_fp16_t h = llmrt_fp32_to_fp16(f);
-    memcpy(p, &h, sizeof(h));
-}
+/* ---- helpers (rd_f16 / wr_f16, kvalues_iq4nl, get_scale_min_k4 are in quant_common.h) -------- */
 
 /* ggml's nearest_int: add 1.5*2^23 so the float adder rounds to an integer (half to even). */
 static inline int nearest_int(float fval) {
@@ -47,22 +38,6 @@ static inline int nearest_int(float fval) {
     int32_t i;
     memcpy(&i, &val, sizeof(i));
     return (int)(i & 0x007fffff) - 0x00400000;
-}
-
-/* IQ4_NL / IQ4_XS non-linear 4-bit levels (ggml's kvalues_iq4nl). */
-static const int8_t kvalues_iq4nl[16] = {
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-};
-
-/* 6-bit scale j and min of a Q4_K / Q5_K super-block (12 packed bytes q). */
-static inline void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
-    }
 }
 
 /* ==== dequantize ================================================================================ */
@@ -210,12 +185,8 @@ static void dequant_row_q3_K_generic(const void *vx, float *y, int64_t k) {
         const uint8_t *q = b + offsetof(block_q3_K, qs);
         const uint8_t *hm = b + offsetof(block_q3_K, hmask);
         const uint8_t *s = b + offsetof(block_q3_K, scales);
-        int scales[16]; /* unpacked 6-bit scales minus 32 */
-        for (int j = 0; j < 16; j++) {
-            const int lo = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
-            const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-            scales[j] = (lo | (hi << 4)) - 32;
-        }
+        int8_t scales[16]; /* unpacked 6-bit scales minus 32 */
+        unpack_scales_q3_k(s, scales);
         int is = 0;
         uint8_t m = 1;
         for (int n = 0; n < QK_K; n += 128, q += 32) {
@@ -388,6 +359,26 @@ static inline int trunc_clamp(float v, int lo, int hi) {
     return (int)v;
 }
 
+/* min and max of x[0..n-1] (Q4_1 / Q5_1: the block's range), by the reference's comparisons. */
+static inline void block_min_max(const float *x, int n, float *min_out, float *max_out) {
+    float min = FLT_MAX, max = -FLT_MAX;
+    for (int j = 0; j < n; j++) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+    *min_out = min;
+    *max_out = max;
+}
+
+/* Q5_0 / Q5_1: stores 5-bit quants q0 (element j) and q1 (element j + 16): low nibbles into qs[j],
+ * 5th bits into bits j and j + 16 of qh. */
+_Static_assert(QK5_0 == QK5_1, "put_q5_pair serves both Q5_0 and Q5_1");
+static inline void put_q5_pair(uint8_t *qs, uint32_t *qh, int j, int q0, int q1) {
+    qs[j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+    *qh |= ((uint32_t)(q0 & 0x10) >> 4) << j;
+    *qh |= ((uint32_t)(q1 & 0x10) >> 4) << (j + QK5_0 / 2);
+}
+
 static void quant_row_q4_0_generic(const float *x, void *vy, int64_t k) {
     const int64_t nb = k / QK4_0;
     for (int64_t i = 0; i < nb; i++, x += QK4_0) {
@@ -412,11 +403,8 @@ static void quant_row_q4_1_generic(const float *x, void *vy, int64_t k) {
     const int64_t nb = k / QK4_1;
     for (int64_t i = 0; i < nb; i++, x += QK4_1) {
         uint8_t *b = (uint8_t *)vy + i * sizeof(block_q4_1);
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < QK4_1; j++) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        block_min_max(x, QK4_1, &min, &max);
         const float d = (max - min) / ((1 << 4) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         wr_f16(b + offsetof(block_q4_1, d), d);
@@ -447,9 +435,7 @@ static void quant_row_q5_0_generic(const float *x, void *vy, int64_t k) {
             const float x1 = x[j + QK5_0 / 2] * id;
             const int q0 = trunc_clamp(x0 + 16.5f, 0, 31);
             const int q1 = trunc_clamp(x1 + 16.5f, 0, 31);
-            qs[j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
-            qh |= ((uint32_t)(q0 & 0x10) >> 4) << j;
-            qh |= ((uint32_t)(q1 & 0x10) >> 4) << (j + QK5_0 / 2);
+            put_q5_pair(qs, &qh, j, q0, q1);
         }
         memcpy(b + offsetof(block_q5_0, qh), &qh, sizeof(qh));
     }
@@ -459,11 +445,8 @@ static void quant_row_q5_1_generic(const float *x, void *vy, int64_t k) {
     const int64_t nb = k / QK5_1;
     for (int64_t i = 0; i < nb; i++, x += QK5_1) {
         uint8_t *b = (uint8_t *)vy + i * sizeof(block_q5_1);
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < QK5_1; j++) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        block_min_max(x, QK5_1, &min, &max);
         const float d = (max - min) / ((1 << 5) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         wr_f16(b + offsetof(block_q5_1, d), d);
@@ -475,9 +458,7 @@ static void quant_row_q5_1_generic(const float *x, void *vy, int64_t k) {
             const float x1 = (x[j + QK5_1 / 2] - min) * id;
             const int q0 = trunc_clamp(x0 + 0.5f, 0, 31);
             const int q1 = trunc_clamp(x1 + 0.5f, 0, 31);
-            qs[j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
-            qh |= ((uint32_t)(q0 & 0x10) >> 4) << j;
-            qh |= ((uint32_t)(q1 & 0x10) >> 4) << (j + QK5_1 / 2);
+            put_q5_pair(qs, &qh, j, q0, q1);
         }
         memcpy(b + offsetof(block_q5_1, qh), &qh, sizeof(qh));
     }

@@ -24,29 +24,17 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "../quant_common.h" /* rd_f16, get_scale_min_k4 */
+
 #if defined(__x86_64__)
+#include "simd_avx2.h" /* unpack_nibbles_32, expand_bits_32, hsum_i32 */
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
-static inline float rd_f16(const uint8_t *p) {
-    llmrt_fp16_t h;
-    memcpy(&h, p, sizeof(h));
-    return llmrt_fp16_to_fp32(h);
-}
-
-/* F16C rounds to nearest even like llmrt_fp32_to_fp16 (they differ only in NaN payloads). */
-static inline void wr_f16(uint8_t *p, float f) {
+/* wr_f16 with F16C: rounds to nearest even like llmrt_fp32_to_fp16 (they differ only in NaN payloads). */
+static inline void wr_f16_f16c(uint8_t *p, float f) {
     const llmrt_fp16_t h = (llmrt_fp16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
     memcpy(p, &h, sizeof(h));
-}
-
-/* 16 bytes of nibbles -> 32 bytes: low nibbles in lanes 0..15, high nibbles in 16..31. */
-static inline __m256i unpack_nibbles_32(const uint8_t *qs) {
-    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(b, m);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-    return _mm256_set_m128i(hi, lo);
 }
 
 /* Converts 32 int8 (in a 256-bit register) to 4 x 8 floats. */
@@ -57,16 +45,6 @@ static inline void i8x32_to_f32(__m256i q, __m256 out[4]) {
     out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q0, 8)));
     out[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1));
     out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q1, 8)));
-}
-
-/* Byte j of the result = 0xFF if bit j of the 32-bit mask is set, else 0. */
-static inline __m256i bits_to_bytes(uint32_t bits) {
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                           0x0101010101010101LL, 0x0000000000000000LL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    v = _mm256_and_si256(v, bit);
-    return _mm256_cmpeq_epi8(v, bit);
 }
 
 /* ---- dequantize ------------------------------------------------------------------------------- */
@@ -118,7 +96,7 @@ static void dequant_row_q5_0_avx2(const void *vx, float *y, int64_t k) {
         const __m256 d = _mm256_set1_ps(rd_f16(b + offsetof(block_q5_0, d)));
         uint32_t qh;
         memcpy(&qh, b + offsetof(block_q5_0, qh), sizeof(qh));
-        const __m256i hi = _mm256_and_si256(bits_to_bytes(qh), bit4);
+        const __m256i hi = _mm256_and_si256(expand_bits_32(qh), bit4);
         __m256i q = _mm256_or_si256(unpack_nibbles_32(b + offsetof(block_q5_0, qs)), hi);
         q = _mm256_sub_epi8(q, off);
         __m256 f[4];
@@ -136,16 +114,6 @@ static void dequant_row_q8_0_avx2(const void *vx, float *y, int64_t k) {
         __m256 f[4];
         i8x32_to_f32(q, f);
         for (int j = 0; j < 4; j++) _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(f[j], d));
-    }
-}
-
-static inline void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
     }
 }
 
@@ -225,7 +193,7 @@ static void quant_row_f16_avx2(const float *x, void *vy, int64_t k) {
         const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
         _mm_storeu_si128((__m128i *)(y + 2 * i), h);
     }
-    for (; i < k; i++) wr_f16(y + 2 * i, x[i]);
+    for (; i < k; i++) wr_f16_f16c(y + 2 * i, x[i]);
 }
 
 /* bf16 = round-to-nearest-even of the top 16 bits; NaN -> quiet NaN (same as llmrt_fp32_to_bf16). */
@@ -262,13 +230,6 @@ static inline float hmax_ps(__m256 v) {
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
-}
-
-static inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
 }
 
 /* roundf(v) (ties away from zero) for |v| < 2^23, exactly: t = trunc(v); v - t is exact. */
@@ -318,7 +279,7 @@ static void quant_row_q8_0_avx2(const float *x, void *vy, int64_t k) {
         uint8_t *b = (uint8_t *)vy + i * sizeof(block_q8_0);
         float d;
         quant_block_q8_avx2(x, &d, (int8_t *)(b + offsetof(block_q8_0, qs)));
-        wr_f16(b + offsetof(block_q8_0, d), d);
+        wr_f16_f16c(b + offsetof(block_q8_0, d), d);
     }
 }
 
@@ -328,8 +289,8 @@ static void quant_row_q8_1_avx2(const float *x, void *vy, int64_t k) {
         uint8_t *b = (uint8_t *)vy + i * sizeof(block_q8_1);
         float d;
         const int sum = quant_block_q8_avx2(x, &d, (int8_t *)(b + offsetof(block_q8_1, qs)));
-        wr_f16(b + offsetof(block_q8_1, d), d);
-        wr_f16(b + offsetof(block_q8_1, s), (float)sum * d);
+        wr_f16_f16c(b + offsetof(block_q8_1, d), d);
+        wr_f16_f16c(b + offsetof(block_q8_1, s), (float)sum * d);
     }
 }
 
@@ -367,7 +328,7 @@ static void quant_act_row_q8_0_avx2(const float *x, void *vy, int64_t k) {
         uint8_t *b = (uint8_t *)vy + i * sizeof(block_q8_0);
         float d;
         quant_block_q8_act_avx2(x, &d, (int8_t *)(b + offsetof(block_q8_0, qs)));
-        wr_f16(b + offsetof(block_q8_0, d), d);
+        wr_f16_f16c(b + offsetof(block_q8_0, d), d);
     }
 }
 
@@ -377,8 +338,8 @@ static void quant_act_row_q8_1_avx2(const float *x, void *vy, int64_t k) {
         uint8_t *b = (uint8_t *)vy + i * sizeof(block_q8_1);
         float d;
         const int sum = quant_block_q8_act_avx2(x, &d, (int8_t *)(b + offsetof(block_q8_1, qs)));
-        wr_f16(b + offsetof(block_q8_1, d), d);
-        wr_f16(b + offsetof(block_q8_1, s), d * (float)sum);
+        wr_f16_f16c(b + offsetof(block_q8_1, d), d);
+        wr_f16_f16c(b + offsetof(block_q8_1, s), d * (float)sum);
     }
 }
 

@@ -19,29 +19,12 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "../quant_common.h" /* rd_f16, wr_f16, get_scale_min_k4 */
+
 #if defined(__x86_64__)
+#include "simd_avx512.h" /* unpack_nibbles_32 */
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
-
-static inline float rd_f16(const uint8_t *p) {
-    llmrt_fp16_t h;
-    memcpy(&h, p, sizeof(h));
-    return llmrt_fp16_to_fp32(h);
-}
-
-static inline void wr_f16(uint8_t *p, float f) {
-    const llmrt_fp16_t h = llmrt_fp32_to_fp16(f);
-    memcpy(p, &h, sizeof(h));
-}
-
-/* 16 bytes of nibbles -> 32 bytes: low nibbles in lanes 0..15, high nibbles in 16..31. */
-static inline __m256i unpack_nibbles_32(const uint8_t *qs) {
-    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(b, m);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-    return _mm256_set_m128i(hi, lo);
-}
 
 /* 32 int8 -> 2 x 16 floats (elements 0..15, 16..31). */
 static inline void i8x32_to_f32(__m256i q, __m512 out[2]) {
@@ -117,16 +100,6 @@ static void dequant_row_q8_0_avx512(const void *vx, float *y, int64_t k) {
         i8x32_to_f32(_mm256_loadu_si256((const __m256i *)(b + offsetof(block_q8_0, qs))), f);
         _mm512_storeu_ps(y + 0, _mm512_mul_ps(f[0], d));
         _mm512_storeu_ps(y + 16, _mm512_mul_ps(f[1], d));
-    }
-}
-
-static inline void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
     }
 }
 

@@ -29,74 +29,16 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__)
+#include "../quant_common.h" /* kvalues_iq4nl, unpack_scales_mins_k4, unpack_scales_q3_k */
 
-static const int8_t kvalues_iq4nl[16] = {
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-};
+#if defined(__x86_64__)
+#include "simd_avx2.h" /* f16, loads, hsum_ps / hsum_i32, nibbles, dot_*_i8, shr_bytes */
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
-
-static inline float f16(llmrt_fp16_t h) { return _cvtsh_ss(h); }
-
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
-static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
-
-/* 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31). */
-static inline __m256i unpack_nibbles_32(const uint8_t *p) {
-    const __m128i b = loadu128(p);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
-}
-
-/* 32 bits -> 32 bytes, byte i = 0xff if bit i is set, else 0. */
-static inline __m256i expand_bits_32(uint32_t bits) {
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                           0x0101010101010101LL, 0x0000000000000000LL);
-    const __m256i bitm = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf); /* byte i = byte i/8 */
-    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bitm), bitm);
-}
-
-/* Σ x·y over each group of 4 bytes -> 8 i32; x unsigned (<= 63), y signed. */
-static inline __m256i dot_u8_i8(__m256i x, __m256i y) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
-}
-
-/* Same with x signed: sign trick (exact while y != -128). */
-static inline __m256i dot_i8_i8(__m256i x, __m256i y) {
-    return dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
-
-/* Σ (x - off)·y over groups of 4 bytes, x unsigned (<= 63), off > 0: maddubs(x, y) - maddubs(off, y)
- * is exact for every y, -128 included. */
-static inline __m256i dot_offset_u8_i8(__m256i x, __m256i off, __m256i y) {
-    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(x, y), _mm256_maddubs_epi16(off, y));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
 
 /* i16 pair sums of x·y with x signed (sign trick), for a later madd with scales. */
 static inline __m256i maddubs_i8_i8(__m256i x, __m256i y) {
     return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
-
-/* bytes of v shifted right by `count` bits inside each byte, masked to `mask`. */
-static inline __m256i shr_bytes(__m256i v, int count, int mask) {
-    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(count)), _mm256_set1_epi8((char)mask));
 }
 
 /* 16 i16 lanes: lanes 0..7 = a (first 16 elements of a 32-byte group), lanes 8..15 = b. */
@@ -271,26 +213,6 @@ static void vec_dot_iq4_nl_q8_0_avx2(int n, float *s, const void *vx, const void
 }
 
 /* ---- 256-element super-blocks (activations Q8_K) ------------------------------------------------ */
-
-/* Q4_K / Q5_K: 8 6-bit scales and mins from 12 packed bytes (as dot_generic.c). */
-static inline void unpack_scales_mins_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        m[j] = q[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-        m[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
-static inline void unpack_scales_q3_k(const uint8_t *q, int8_t *sc) {
-    for (int j = 0; j < 16; j++) {
-        const int lo = j < 8 ? (q[j] & 0x0f) : (q[j - 8] >> 4);
-        const int hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
-        sc[j] = (int8_t)((lo | (hi << 4)) - 32);
-    }
-}
 
 /* Σ_j bsums[j] · m[j/2] for the 16 bsums of a Q8_K block and 8 mins. */
 static inline int bsums_dot_mins8(const int16_t *bsums, const uint8_t *m) {

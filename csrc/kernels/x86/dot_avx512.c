@@ -21,7 +21,10 @@
 
 #include <string.h>
 
+#include "../quant_common.h" /* unpack_scales_mins_k4 */
+
 #if defined(__x86_64__)
+#include "simd_avx512.h" /* f16, loads, hsum_ps, cat256, scales_2x8_ps, nibbles, dot_*_i8, shr_bytes */
 
 /* vdpbf16ps needs GCC >= 10 / clang >= 9 to compile; LLMRT_NO_AVX512BF16 leaves it out. */
 #if !defined(LLMRT_NO_AVX512BF16) && ((defined(__clang__) && __clang_major__ >= 9) || \
@@ -31,39 +34,9 @@
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
 
-static inline float f16(llmrt_fp16_t h) { return _cvtsh_ss(h); }
-
-static inline __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
-static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
-
-static inline float hsum256_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* zmm = [a (low 256 bits) | b (high 256 bits)] */
-static inline __m512i cat256(__m256i a, __m256i b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-}
-
-/* f32 lanes 0..7 = a, 8..15 = b */
-static inline __m512 scales_2x8_ps(float a, float b) {
-    return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
-}
-
 /* i16 lanes 0..15 = a, 16..31 = b */
 static inline __m512i scales_2x16_epi16(int a, int b) {
     return cat256(_mm256_set1_epi16((short)a), _mm256_set1_epi16((short)b));
-}
-
-/* 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31). */
-static inline __m256i unpack_nibbles_32(const uint8_t *p) {
-    const __m128i b = loadu128(p);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
 }
 
 static inline __m512i ones_epi16(void) { return _mm512_set1_epi16(1); }
@@ -75,22 +48,11 @@ static inline __m512i dot_offset_u8_i8_512(__m512i q, int off, __m512i y) {
     return _mm512_madd_epi16(p, ones_epi16());
 }
 
-static inline __m256i dot_offset_u8_i8_256(__m256i q, int off, __m256i y) {
-    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y),
-                                       _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), y));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
 /* i32 sums of 4 consecutive x·y, x and y signed (y != -128): |x|·(y negated where x < 0) */
 static inline __m512i dot_i8_i8_512(__m512i x, __m512i y) {
     const __mmask64 neg = _mm512_movepi8_mask(x);
     const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
     return _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(x), sy), ones_epi16());
-}
-
-static inline __m256i dot_i8_i8_256(__m256i x, __m256i y) {
-    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
 /* ---- float types ------------------------------------------------------------------------------- */
@@ -174,10 +136,10 @@ static void vec_dot_q4_0_q8_0_avx512(int n, float *s, const void *vx, const void
     __m256 acc1 = _mm256_setzero_ps();
     for (; ib < nb; ib++) {
         const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
-        const __m256i p = dot_offset_u8_i8_256(unpack_nibbles_32(x[ib].qs), 8, loadu256(y[ib].qs));
+        const __m256i p = dot_offset_u8_i8(unpack_nibbles_32(x[ib].qs), _mm256_set1_epi8(8), loadu256(y[ib].qs));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum256_ps(acc1);
+    *s = _mm512_reduce_add_ps(acc) + hsum_ps(acc1);
 }
 
 static void vec_dot_q4_1_q8_1_avx512(int n, float *s, const void *vx, const void *vy) {
@@ -203,7 +165,7 @@ static void vec_dot_q4_1_q8_1_avx512(int n, float *s, const void *vx, const void
                                             _mm256_set1_epi16(1));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum256_ps(acc1) + summs;
+    *s = _mm512_reduce_add_ps(acc) + hsum_ps(acc1) + summs;
 }
 
 static void vec_dot_q5_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy) {
@@ -231,10 +193,10 @@ static void vec_dot_q5_0_q8_0_avx512(int n, float *s, const void *vx, const void
         const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
         __m256i qx = unpack_nibbles_32(x[ib].qs);
         qx = _mm256_mask_add_epi8(qx, (__mmask32)h0, qx, _mm256_set1_epi8(16));
-        const __m256i p = dot_offset_u8_i8_256(qx, 16, loadu256(y[ib].qs));
+        const __m256i p = dot_offset_u8_i8(qx, _mm256_set1_epi8(16), loadu256(y[ib].qs));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum256_ps(acc1);
+    *s = _mm512_reduce_add_ps(acc) + hsum_ps(acc1);
 }
 
 static void vec_dot_q8_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy) {
@@ -252,24 +214,13 @@ static void vec_dot_q8_0_q8_0_avx512(int n, float *s, const void *vx, const void
     __m256 acc1 = _mm256_setzero_ps();
     for (; ib < nb; ib++) {
         const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
-        const __m256i p = dot_i8_i8_256(loadu256(x[ib].qs), loadu256(y[ib].qs));
+        const __m256i p = dot_i8_i8(loadu256(x[ib].qs), loadu256(y[ib].qs));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum256_ps(acc1);
+    *s = _mm512_reduce_add_ps(acc) + hsum_ps(acc1);
 }
 
 /* ---- 256-element super-blocks (activations Q8_K) ------------------------------------------------ */
-
-static inline void unpack_scales_mins_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        m[j] = q[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-        m[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
 
 static void vec_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
     const block_q4_K *x = vx; /* (nb) */
@@ -307,10 +258,6 @@ static inline __m512i scales_4x8_epi16(const int8_t *sc) {
     const __m256i idx = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
                                           0x0101010101010101LL, 0x0000000000000000LL);
     return _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(b, idx));
-}
-
-static inline __m256i shr_bytes(__m256i v, int count, int mask) {
-    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(count)), _mm256_set1_epi8((char)mask));
 }
 
 static void vec_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {

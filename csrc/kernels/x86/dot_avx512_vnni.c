@@ -18,37 +18,12 @@
 
 #include <string.h>
 
+#include "../quant_common.h" /* unpack_scales_mins_k4 */
+
 #if defined(__x86_64__)
+#include "simd_avx512.h" /* f16, loads, hsum_ps, cat256, scales_2x8_ps, nibbles, shr_bytes */
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
-
-static inline float f16(llmrt_fp16_t h) { return _cvtsh_ss(h); }
-
-static inline __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
-static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
-
-static inline float hsum256_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline __m512i cat256(__m256i a, __m256i b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-}
-
-/* f32 lanes 0..7 = a, 8..15 = b */
-static inline __m512 scales_2x8_ps(float a, float b) {
-    return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
-}
-
-static inline __m256i unpack_nibbles_32(const uint8_t *p) {
-    const __m128i b = loadu128(p);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
-}
 
 /* i32 sums of 4 consecutive (q - off)·y; q unsigned */
 static inline __m512i dot_offset_512(__m512i q, int off, __m512i y) {
@@ -81,7 +56,7 @@ static void vec_dot_q4_0_q8_0_avx512_vnni(int n, float *s, const void *vx, const
         const __m256i p = dot_offset_256(unpack_nibbles_32(x[ib].qs), 8, loadu256(y[ib].qs));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum256_ps(acc1);
+    *s = _mm512_reduce_add_ps(acc) + hsum_ps(acc1);
 }
 
 static void vec_dot_q4_1_q8_1_avx512_vnni(int n, float *s, const void *vx, const void *vy) {
@@ -106,7 +81,7 @@ static void vec_dot_q4_1_q8_1_avx512_vnni(int n, float *s, const void *vx, const
         const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles_32(x[ib].qs), loadu256(y[ib].qs));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum256_ps(acc1) + summs;
+    *s = _mm512_reduce_add_ps(acc) + hsum_ps(acc1) + summs;
 }
 
 static void vec_dot_q5_0_q8_0_avx512_vnni(int n, float *s, const void *vx, const void *vy) {
@@ -137,7 +112,7 @@ static void vec_dot_q5_0_q8_0_avx512_vnni(int n, float *s, const void *vx, const
         const __m256i p = dot_offset_256(qx, 16, loadu256(y[ib].qs));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum256_ps(acc1);
+    *s = _mm512_reduce_add_ps(acc) + hsum_ps(acc1);
 }
 
 static void vec_dot_q8_0_q8_0_avx512_vnni(int n, float *s, const void *vx, const void *vy) {
@@ -160,21 +135,10 @@ static void vec_dot_q8_0_q8_0_avx512_vnni(int n, float *s, const void *vx, const
         const __m256i p = dot_offset_256(qx, 128, loadu256(y[ib].qs));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum256_ps(acc1);
+    *s = _mm512_reduce_add_ps(acc) + hsum_ps(acc1);
 }
 
 /* ---- 256-element super-blocks (activations Q8_K) ------------------------------------------------ */
-
-static inline void unpack_scales_mins_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        m[j] = q[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-        m[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
 
 static void vec_dot_q4_K_q8_K_avx512_vnni(int n, float *s, const void *vx, const void *vy) {
     const block_q4_K *x = vx; /* (nb) */
@@ -202,10 +166,6 @@ static void vec_dot_q4_K_q8_K_avx512_vnni(int n, float *s, const void *vx, const
         summ += dmin * (float)summs;
     }
     *s = _mm512_reduce_add_ps(acc) - summ;
-}
-
-static inline __m256i shr_bytes(__m256i v, int count, int mask) {
-    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(count)), _mm256_set1_epi8((char)mask));
 }
 
 /* 16 i32 lanes, 4 per scale: the scales sc[0..3] of a 64-element stretch. */
