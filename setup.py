@@ -13,6 +13,9 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 sources = ["cysrc/_core.pyx"] + sorted(glob.glob("csrc/**/*.c", recursive=True))
+# Rebuild when a header or Cython include changes, not only a .c file.
+depends = sorted(glob.glob("csrc/**/*.h", recursive=True) + glob.glob("cysrc/*.pxi")
+                 + glob.glob("cysrc/*.pxd"))
 
 cflags = ["-std=gnu11", "-O3", "-fno-strict-aliasing", "-fPIC", "-Wall", "-Wno-unused-function",
           "-Wno-unknown-pragmas"]
@@ -27,6 +30,7 @@ if os.environ.get("LLMRT_SANITIZE"):
 ext = Extension(
     "llmrt._core",
     sources=sources,
+    depends=depends,
     include_dirs=["csrc/include", "csrc", np.get_include()],
     extra_compile_args=cflags,
     extra_link_args=ldflags,
