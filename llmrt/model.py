@@ -201,7 +201,7 @@ class Session:
         self.tokens.extend(chunk.tolist())
         return logits
 
-    def _evict(self, need: int):
+    def _evict(self):
         """Make room: drop the n_discard cells after the sinks (fewer if fewer exist)."""
         n_left = self.n_past - self._n_keep
         if n_left < 1:
@@ -237,12 +237,12 @@ class Session:
         while i < n:
             rem = n - i
             if self.n_past + rem > self.n_ctx and not just_evicted and self.n_past > self._n_keep:
-                self._evict(rem)
+                self._evict()
                 just_evicted = True
                 continue
             room = self.n_ctx - self.n_past
             if room < 1:
-                self._evict(rem)
+                self._evict()
                 continue
             m = min(room, rem, step)
             outs.append(self._run(arr[i:i + m], all_logits))
