@@ -116,6 +116,9 @@ def info(model):
 # Sampling flags follow llama.cpp's names and defaults. The model is a GGUF path or a known name
 # (llmrt.hub: smollm2-135m-instruct, the default, and gemma3-270m, fetched from PyPI once).
 
+_THREADS_OPTION = click.option("-t", "--threads", type=int, default=None,
+                              help="Threads (default: the number of physical cores).")
+
 _SAMPLING_OPTIONS = [
     click.option("--temp", "temperature", type=float, default=0.8, show_default=True,
                  help="Temperature; <= 0 is greedy."),
@@ -132,8 +135,7 @@ _SAMPLING_OPTIONS = [
     click.option("--seed", type=int, default=None, help="Sampling seed (default: random)."),
     click.option("-c", "--ctx-size", type=int, default=None,
                  help="Context size in tokens (default: the model's)."),
-    click.option("-t", "--threads", type=int, default=None,
-                 help="Threads (default: the number of physical cores)."),
+    _THREADS_OPTION,
 ]
 
 
@@ -152,10 +154,17 @@ _CACHE_OPTIONS = [
 ]
 
 
-def _cache_options(fn):
-    for opt in reversed(_CACHE_OPTIONS):
-        fn = opt(fn)
-    return fn
+def _options(opts):
+    """A decorator applying click options in the order listed."""
+    def apply(fn):
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return apply
+
+
+_cache_options = _options(_CACHE_OPTIONS)
+_sampling_options = _options(_SAMPLING_OPTIONS)
 
 
 def _parse_keep(value, default):
@@ -173,11 +182,6 @@ def _parse_keep(value, default):
         raise click.BadParameter(f"must be >= 0 or 'auto', got {n}", param_hint="--n-keep")
     return n
 
-
-def _sampling_options(fn):
-    for opt in reversed(_SAMPLING_OPTIONS):
-        fn = opt(fn)
-    return fn
 
 
 def _log(msg: str) -> None:
@@ -382,8 +386,7 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
 @click.option("--nll-csv", default=None, metavar="FILE", help="Write position,token,nll to FILE.")
 @click.option("--plot", default=None, metavar="FILE.png",
               help="Draw NLL over position to FILE.png (needs matplotlib: llmrt[plot]).")
-@click.option("-t", "--threads", type=int, default=None,
-              help="Threads (default: the number of physical cores).")
+@_THREADS_OPTION
 @friendly_errors
 def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discard, batch,
                as_json, nll_csv, plot, threads):
