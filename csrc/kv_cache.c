@@ -48,7 +48,7 @@ size_t llmrt_kv_cache_nbytes(const llmrt_kv_cache *c) {
         }
     }
     if (c->k_pre != NULL) {
-        n += (size_t)c->n_layer * (sizeof(llmrt_kv_rope) + 2);
+        n += (size_t)c->n_layer * (sizeof(llmrt_rope_params) + 2);
         n += (size_t)2 * (size_t)max_hd_k(c) * sizeof(float);
     }
     return n;
@@ -155,7 +155,7 @@ int llmrt_kv_cache_enable_shift(llmrt_kv_cache *c) {
     const int L = c->n_layer;
     c->k_pre = (float **)calloc((size_t)L, sizeof(float *));
     c->rope_ff = (float **)calloc((size_t)L, sizeof(float *));
-    c->rope = (llmrt_kv_rope *)calloc((size_t)L, sizeof(llmrt_kv_rope));
+    c->rope = (llmrt_rope_params *)calloc((size_t)L, sizeof(llmrt_rope_params));
     c->has_rope = (uint8_t *)calloc((size_t)L, 1);
     c->has_ff = (uint8_t *)calloc((size_t)L, 1);
     c->scratch = (float *)calloc((size_t)2 * (size_t)max_hd_k(c), sizeof(float));
@@ -174,7 +174,7 @@ int llmrt_kv_cache_enable_shift(llmrt_kv_cache *c) {
     return LLMRT_OK;
 }
 
-int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_kv_rope *rp, const float *ff) {
+int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_rope_params *rp, const float *ff) {
     if (c->k_pre == NULL || l < 0 || l >= c->n_layer || rp == NULL) return LLMRT_EINVAL;
     if (rp->n_rot < 2 || rp->n_rot % 2 != 0 || rp->n_rot > c->hd_k[l]) return LLMRT_EINVAL;
     c->rope[l] = *rp;
@@ -209,21 +209,9 @@ int llmrt_kv_cache_evict(llmrt_kv_cache *c, int n_keep, int n_discard) {
     return LLMRT_OK;
 }
 
-static void rope_params_of(const llmrt_kv_rope *k, llmrt_rope_params *rp) {
-    rp->n_rot = k->n_rot;
-    rp->mode = k->mode;
-    rp->n_ctx_orig = k->n_ctx_orig;
-    rp->freq_base = k->freq_base;
-    rp->freq_scale = k->freq_scale;
-    rp->ext_factor = k->ext_factor;
-    rp->attn_factor = k->attn_factor;
-    rp->beta_fast = k->beta_fast;
-    rp->beta_slow = k->beta_slow;
-}
-
 /* Do layers a and b rotate their keys identically (so one cos/sin cache serves both)? */
 static int same_rope(const llmrt_kv_cache *c, int a, int b) {
-    const llmrt_kv_rope *x = &c->rope[a], *y = &c->rope[b];
+    const llmrt_rope_params *x = &c->rope[a], *y = &c->rope[b];
     if (x->n_rot != y->n_rot || x->mode != y->mode || x->n_ctx_orig != y->n_ctx_orig ||
         x->freq_base != y->freq_base || x->freq_scale != y->freq_scale ||
         x->ext_factor != y->ext_factor || x->attn_factor != y->attn_factor ||
@@ -237,7 +225,7 @@ static int same_rope(const llmrt_kv_cache *c, int a, int b) {
 /* Working K of one cell of layer l := RoPE(master) with the cos/sin cache `cs`. */
 static void rerope_cell(llmrt_kv_cache *c, int l, int cell, const float *cs, float *tmp) {
     const int hd = c->hd_k[l], nkv = c->n_head_kv[l];
-    const llmrt_kv_rope *rp = &c->rope[l];
+    const llmrt_rope_params *rp = &c->rope[l];
     const float *x = c->k_pre[l] + (size_t)cell * kpre_cell_floats(c, l);
     if (c->type == LLMRT_TYPE_F16) {
         llmrt_fp16_t *kh = (llmrt_fp16_t *)c->k[l] + (size_t)cell * kpre_cell_floats(c, l);
@@ -267,8 +255,7 @@ int llmrt_kv_cache_rerope(llmrt_kv_cache *c, int c0, int c1) {
             if (c->has_rope[a] && same_rope(c, a, g)) leader = 0;
         }
         if (!leader) continue;
-        llmrt_rope_params rp;
-        rope_params_of(&c->rope[g], &rp);
+        const llmrt_rope_params rp = c->rope[g];
         float corr_dims[2];
         llmrt_rope_yarn_corr_dims(rp.n_rot, rp.n_ctx_orig, rp.freq_base, rp.beta_fast, rp.beta_slow,
                                   corr_dims);

@@ -9,7 +9,7 @@ cdef extern from "llmrt/threadpool.h" nogil:
     int llmrt_threadpool_n_threads(const llmrt_threadpool *tp)
 
 cdef extern from "llmrt/kv_cache.h" nogil:
-    ctypedef struct llmrt_kv_rope:
+    ctypedef struct llmrt_rope_params:
         int n_rot
         int mode
         int n_ctx_orig
@@ -33,7 +33,7 @@ cdef extern from "llmrt/kv_cache.h" nogil:
         int n_used
         int n_pending
         float **k_pre
-        llmrt_kv_rope *rope
+        llmrt_rope_params *rope
         float **rope_ff
         unsigned char *has_rope
         unsigned char *has_ff
@@ -48,7 +48,7 @@ cdef extern from "llmrt/kv_cache.h" nogil:
     int llmrt_kv_cache_truncate(llmrt_kv_cache *c, int n_used)
     size_t llmrt_kv_cache_nbytes(const llmrt_kv_cache *c)
     int llmrt_kv_cache_enable_shift(llmrt_kv_cache *c)
-    int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_kv_rope *rp, const float *ff)
+    int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_rope_params *rp, const float *ff)
     int llmrt_kv_cache_evict(llmrt_kv_cache *c, int n_keep, int n_discard)
     int llmrt_kv_cache_rerope(llmrt_kv_cache *c, int c0, int c1)
     int llmrt_kv_cache_shift(llmrt_kv_cache *c, int n_keep, int n_discard)
@@ -110,17 +110,6 @@ cdef extern from "llmrt/graph.h" nogil:
         int last_use
         size_t size
         size_t offs
-
-    ctypedef struct llmrt_rope_params:
-        int n_rot
-        int mode
-        int n_ctx_orig
-        float freq_base
-        float freq_scale
-        float ext_factor
-        float attn_factor
-        float beta_fast
-        float beta_slow
 
     ctypedef struct llmrt_graph_inputs:
         int n

@@ -245,7 +245,7 @@ cdef class KVCache:
         self._check_layer(layer)
         if not self.has_shift or not self.c.has_rope[layer]:
             return None
-        cdef llmrt_kv_rope r = self.c.rope[layer]
+        cdef llmrt_rope_params r = self.c.rope[layer]
         d = dict(n_rot=r.n_rot, mode=r.mode, n_ctx_orig=r.n_ctx_orig, freq_base=r.freq_base,
                  freq_scale=r.freq_scale, ext_factor=r.ext_factor, attn_factor=r.attn_factor,
                  beta_fast=r.beta_fast, beta_slow=r.beta_slow, freq_factors=None)

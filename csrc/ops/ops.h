@@ -91,6 +91,8 @@ void llmrt_rope_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, floa
                                float beta_slow, float dims[2]);
 /* cache[2i] = cos, cache[2i + 1] = sin of pair i at position pos, i < n_rot / 2, including
  * freq_factors (NULL or [n_rot / 2]), YaRN and attn_factor. sin_sign -1 rotates backwards. */
+/* The rope parameters stored in a rope node's op_params. */
+void llmrt_rope_params_from_node(const llmrt_tensor *t, llmrt_rope_params *rp);
 void llmrt_rope_cache_init(float pos, const llmrt_rope_params *rp, const float *freq_factors,
                            const float corr_dims[2], float sin_sign, float *cache);
 /* Rotates one head vector x (hd floats, n_rot <= hd) into y (may alias x) with the cache. */

@@ -93,7 +93,7 @@ void llmrt_rope_apply(const float *cache, int n_rot, int mode, int hd, const flo
     }
 }
 
-static void params_from_node(const llmrt_tensor *t, llmrt_rope_params *rp) {
+void llmrt_rope_params_from_node(const llmrt_tensor *t, llmrt_rope_params *rp) {
     rp->n_rot = t->op_params[0];
     rp->mode = t->op_params[1];
     rp->n_ctx_orig = t->op_params[2];
@@ -114,7 +114,7 @@ void llmrt_compute_rope(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const int32_t *pos = (const int32_t *)dst->src[1]->data;
     const float *ff = dst->src[2] ? (const float *)dst->src[2]->data : NULL;
     llmrt_rope_params rp;
-    params_from_node(dst, &rp);
+    llmrt_rope_params_from_node(dst, &rp);
     float corr_dims[2];
     llmrt_rope_yarn_corr_dims(rp.n_rot, rp.n_ctx_orig, rp.freq_base, rp.beta_fast, rp.beta_slow,
                               corr_dims);

@@ -19,16 +19,8 @@ void llmrt_compute_kv_store_pre(const llmrt_compute_params *p, llmrt_tensor *dst
     const size_t cell_floats = (size_t)hd * (size_t)nkv;
     for (int64_t c = llmrt_claim(p); c <= n; c = llmrt_claim(p)) {
         if (c == n) {
-            llmrt_kv_rope rp;
-            rp.n_rot = rope->op_params[0];
-            rp.mode = rope->op_params[1];
-            rp.n_ctx_orig = rope->op_params[2];
-            rp.freq_base = llmrt_get_op_param_f32(rope, 3);
-            rp.freq_scale = llmrt_get_op_param_f32(rope, 4);
-            rp.ext_factor = llmrt_get_op_param_f32(rope, 5);
-            rp.attn_factor = llmrt_get_op_param_f32(rope, 6);
-            rp.beta_fast = llmrt_get_op_param_f32(rope, 7);
-            rp.beta_slow = llmrt_get_op_param_f32(rope, 8);
+            llmrt_rope_params rp;
+            llmrt_rope_params_from_node(rope, &rp);
             llmrt_kv_cache_set_rope(cache, l, &rp, ff != NULL ? (const float *)ff->data : NULL);
             continue;
         }

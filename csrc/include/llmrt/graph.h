@@ -127,18 +127,7 @@ typedef struct llmrt_tensor {
     size_t offs;                            /* offset in the arena */
 } llmrt_tensor;
 
-/* Parameters of llmrt_graph_rope, as ggml_rope_ext takes them. */
-typedef struct {
-    int n_rot;           /* dims rotated (even, <= head dim); the rest pass through */
-    int mode;            /* LLMRT_ROPE_NORMAL | LLMRT_ROPE_NEOX */
-    int n_ctx_orig;      /* YaRN: original training context */
-    float freq_base;
-    float freq_scale;
-    float ext_factor;    /* YaRN extrapolation mix; 0 disables YaRN */
-    float attn_factor;   /* magnitude scale */
-    float beta_fast;
-    float beta_slow;
-} llmrt_rope_params;
+/* llmrt_rope_params (the parameters of llmrt_graph_rope) is defined in kv_cache.h. */
 
 /* What one run reads. */
 typedef struct {

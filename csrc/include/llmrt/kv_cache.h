@@ -39,18 +39,19 @@
 extern "C" {
 #endif
 
-/* RoPE of one layer's keys, as ggml_rope_ext takes them (same fields as llmrt_rope_params). */
+/* RoPE parameters as ggml_rope_ext takes them: of a graph's rope node (llmrt_graph_rope) and of
+ * one cache layer's keys (the shift re-ropes them with exactly the node's parameters). */
 typedef struct {
-    int n_rot;           /* dims rotated (even, <= hd_k); the rest pass through */
+    int n_rot;           /* dims rotated (even, <= head dim); the rest pass through */
     int mode;            /* 0 normal pairs (2i, 2i+1), 2 NeoX pairs (i, i + n_rot/2) */
-    int n_ctx_orig;
+    int n_ctx_orig;      /* YaRN: original training context */
     float freq_base;
     float freq_scale;
-    float ext_factor;
-    float attn_factor;
+    float ext_factor;    /* YaRN extrapolation mix; 0 disables YaRN */
+    float attn_factor;   /* magnitude scale */
     float beta_fast;
     float beta_slow;
-} llmrt_kv_rope;
+} llmrt_rope_params;
 
 typedef struct {
     int n_layer;
@@ -66,7 +67,7 @@ typedef struct {
     int n_pending;     /* cells [n_used, n_used + n_pending) reserved for the next run */
     /* streaming (NULL / 0 until llmrt_kv_cache_enable_shift) */
     float **k_pre;         /* [n_layer] -> [n_ctx][n_head_kv][hd_k] f32 keys before RoPE */
-    llmrt_kv_rope *rope;   /* [n_layer] the layer's key RoPE (valid where has_rope[l]) */
+    llmrt_rope_params *rope;   /* [n_layer] the layer's key RoPE (valid where has_rope[l]) */
     float **rope_ff;       /* [n_layer] -> [hd_k / 2] freq_factors (used where has_ff[l]) */
     uint8_t *has_rope;     /* [n_layer] 1: the layer's keys are roped (registered by a run) */
     uint8_t *has_ff;       /* [n_layer] 1: rope_ff[l] holds freq_factors */
@@ -97,7 +98,7 @@ int llmrt_kv_cache_truncate(llmrt_kv_cache *c, int n_used);
 int llmrt_kv_cache_enable_shift(llmrt_kv_cache *c);
 /* Registers layer l's key RoPE (ff: NULL or n_rot / 2 freq_factors, copied). LLMRT_EINVAL on
  * bad arguments or without enable_shift. Graph runs call it (KV_STORE_PRE). */
-int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_kv_rope *rp, const float *ff);
+int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_rope_params *rp, const float *ff);
 /* Drops cells [n_keep, n_keep + n_discard) and moves cells [n_keep + n_discard, n_used) down
  * by n_discard (K, V, master keys, positions - n_discard). K is NOT re-rotated. LLMRT_EINVAL
  * unless 0 <= n_keep, 1 <= n_discard, n_keep + n_discard <= n_used and nothing is pending. */
