@@ -33,6 +33,7 @@ cdef extern from "llmrt/llmrt.h" nogil:
         int amx_granted
 
     const char *llmrt_isa_name(int level)
+    double llmrt_read_bandwidth(size_t nbytes, int n_threads, int reps)
     int llmrt_isa_from_name(const char *name)
     const llmrt_cpu_features *llmrt_cpu_features_get()
     int llmrt_isa_max_supported()

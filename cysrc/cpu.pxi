@@ -83,3 +83,14 @@ def type_traits(int type_id):
     if tt == NULL:
         return None
     return (tt.name.decode(), tt.blck_size, tt.type_size, bool(tt.is_quantized), tt.vec_dot_type)
+
+
+def read_bandwidth(size_t nbytes=256 << 20, int n_threads=1, int reps=3):
+    """Measured memory read bandwidth in bytes/s: the best of `reps` reads of an nbytes buffer
+    by n_threads threads (csrc/membw.c). Raises MemoryError if it cannot run."""
+    cdef double bw
+    with nogil:
+        bw = llmrt_read_bandwidth(nbytes, n_threads, reps)
+    if bw <= 0:
+        raise MemoryError(f"could not measure bandwidth ({nbytes} bytes, {n_threads} threads)")
+    return bw

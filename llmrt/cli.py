@@ -439,3 +439,59 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
         d = r.summary()
         d.update(model=m.path, file=text_file)
         click.echo(json.dumps(d))
+
+
+# ---- bench --------------------------------------------------------------------------------------
+
+@main.command()
+@click.argument("model", required=False)
+@click.option("-p", "--n-prompt", type=int, default=512, show_default=True,
+              help="Prompt test: this many random tokens in one batch (0: skip).")
+@click.option("-n", "--n-gen", type=int, default=128, show_default=True,
+              help="Generation test: this many tokens decoded one at a time (0: skip).")
+@click.option("-r", "--repetitions", type=int, default=5, show_default=True,
+              help="Timed repetitions of each test (after one warm-up run).")
+@click.option("-o", "--output", type=click.Choice(["md", "json"]), default="md", show_default=True,
+              help="A markdown table (as llama-bench) or one JSON list.")
+@click.option("--bandwidth/--no-bandwidth", default=True, show_default=True,
+              help="Also measure memory read bandwidth and report tg as a fraction of the bound.")
+@_THREADS_OPTION
+@friendly_errors
+def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads):
+    """Benchmark MODEL as llama-bench does: pp<P> (prompt processing, t/s) and tg<N> (decoding,
+    t/s), mean ± sd over the repetitions."""
+    import json
+    import time
+
+    from llmrt import bench as bench_mod
+    from llmrt.progress import Progress
+
+    t0 = time.perf_counter()
+    m = _load_model(model, threads, max(n_prompt, n_gen, 1))
+    load_s = time.perf_counter() - t0
+    n_runs = repetitions * ((n_prompt > 0) + (n_gen > 0))
+    with Progress(total=n_runs, desc="bench") as bar:
+        results = bench_mod.run(m, n_prompt, n_gen, repetitions, progress=bar.update)
+    bound = bench_mod.bandwidth_bound(m) if bandwidth and n_gen > 0 else None
+    name = os.path.basename(m.path)
+    if output == "json":
+        rows = []
+        for r in results:
+            d = {"test": r.test, "t_s": r.t_s, "t_s_sd": r.t_s_sd, "n_threads": r.n_threads,
+                 "isa": r.isa, "model": name, "load_s": load_s, "samples": r.samples}
+            if bound is not None and r.test.startswith("tg"):
+                d.update(read_bandwidth_gb_s=bound["read_bandwidth_gb_s"],
+                         weight_bytes_per_token=bound["weight_bytes_per_token"],
+                         tg_bound_t_s=bound["tg_bound_t_s"],
+                         bound_fraction=r.t_s / bound["tg_bound_t_s"])
+            rows.append(d)
+        click.echo(json.dumps(rows))
+        return
+    click.echo(bench_mod.format_markdown(results, os.path.getsize(m.path), name))
+    click.echo(f"\nload: {load_s:.2f} s")
+    if bound is not None:
+        tg = next(r for r in results if r.test.startswith("tg"))
+        click.echo(f"decode bandwidth bound: {bound['weight_bytes_per_token'] / 1e6:.1f} MB of weights "
+                   f"per token / {bound['read_bandwidth_gb_s']:.1f} GB/s read ({bound['n_threads']} "
+                   f"threads) = {bound['tg_bound_t_s']:.1f} t/s; {tg.test} reaches "
+                   f"{100 * tg.t_s / bound['tg_bound_t_s']:.0f} % of it")

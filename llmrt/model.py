@@ -253,13 +253,15 @@ class Session:
         return outs[-1][0]
 
 
+_UNBUILT = object()
+
+
 class Model:
     """A GGUF model. `path` may also be a known short name (see llmrt.hub)."""
 
     def __init__(self, path: Union[str, os.PathLike], n_threads: Optional[int] = None,
                  ctx_size: int = 4096, kv_dtype: str = "f16"):
         from llmrt import hub
-        from llmrt.tokenizer import Tokenizer
 
         path = hub.resolve_model(path)
         self.path = str(path)
@@ -269,7 +271,7 @@ class Model:
         self.family = get_family(self.arch, where=self.path)
         self.hparams = self.family.HParams.from_gguf(self.gguf)
         self._check_tensors()
-        self.tokenizer = Tokenizer.from_gguf(self.metadata)
+        self._tokenizer = _UNBUILT   # built on first use (Gemma's 262k-piece vocabulary: ~2 s)
         self.n_vocab = self.hparams.n_vocab
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype must be 'f16' or 'f32', got {kv_dtype!r}")
@@ -288,6 +290,15 @@ class Model:
         log.info("llmrt: %s: arch %s, %d layers, n_embd %d, vocab %d; ISA %s, %d threads, kv cache %s",
                  os.path.basename(self.path), self.arch, self.hparams.n_layer, self.hparams.n_embd,
                  self.n_vocab, _core.isa_current(), self.n_threads, self.kv_dtype)
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer (llmrt.tokenizer.Tokenizer), built from the GGUF vocabulary on
+        first use; None when the file has no vocabulary."""
+        if self._tokenizer is _UNBUILT:
+            from llmrt.tokenizer import Tokenizer
+            self._tokenizer = Tokenizer.from_gguf(self.metadata)
+        return self._tokenizer
 
     @classmethod
     def from_pretrained(cls, path, **kwargs) -> "Model":

@@ -111,6 +111,10 @@ typedef enum {
 } llmrt_isa;
 
 const char *llmrt_isa_name(int level);
+
+/* Best of `reps` timed reads of a `bytes` buffer by n_threads threads, in bytes/s (membw.c);
+ * -1 on bad arguments or when memory or threads are unavailable. */
+double llmrt_read_bandwidth(size_t bytes, int n_threads, int reps);
 /* Parses "generic", "avx2", ...; returns -1 if unknown. */
 int llmrt_isa_from_name(const char *name);
 

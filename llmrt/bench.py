@@ -1,0 +1,129 @@
+"""`llmrt bench`: llama-bench's two tests, timed the same way, plus the memory-bandwidth bound.
+
+    pp<P>   P random token ids evaluated in one batch from an empty cache; only the last
+            position's logits are computed (as llama-bench's prompt test)
+    tg<N>   N tokens decoded one at a time from an empty cache (a fixed random token each step:
+            no sampling, no tokenization, as llama-bench's generation test)
+
+Each test runs once to warm up (graphs built, pages touched), then `reps` timed times; t/s is the
+mean +- the sample standard deviation over the repetitions.
+
+The bandwidth bound of decoding: every generated token reads every matmul weight once (the
+output matrix included, the embedding table only for one row), so tokens/s can not exceed
+bandwidth / weight_bytes_per_token. `bandwidth_bound()` measures the read bandwidth with the
+same thread count (csrc/membw.c) and reports that bound; tg / bound is the fraction of it reached.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+
+@dataclass
+class BenchResult:
+    test: str                  # "pp512", "tg128"
+    t_s: float                 # tokens per second, mean over the repetitions
+    t_s_sd: float              # sample standard deviation
+    n_threads: int
+    isa: str
+    model: str = ""
+    n_prompt: int = 0
+    n_gen: int = 0
+    reps: int = 0
+    samples: List[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def weight_bytes_per_token(model) -> int:
+    """Bytes of weights one decoded token reads: every tensor that feeds a matmul (2-D and not
+    the embedding table), plus the output matrix (the embedding table when the output is tied);
+    norms and biases (1-D) are counted too, they are read as well."""
+    tensors = model.gguf.tensors
+    total = 0
+    for name, t in tensors.items():
+        if name == "token_embd.weight":
+            continue
+        total += t.nbytes
+    if "output.weight" not in tensors and "token_embd.weight" in tensors:
+        total += tensors["token_embd.weight"].nbytes
+    return int(total)
+
+
+def _stats(samples: List[float]):
+    mean = statistics.mean(samples)
+    sd = statistics.stdev(samples) if len(samples) > 1 else 0.0
+    return mean, sd
+
+
+def run(model, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: int = 0,
+        progress=None) -> List[BenchResult]:
+    """Run pp<n_prompt> (if > 0) and tg<n_gen> (if > 0) on `model` (an llmrt.Model)."""
+    from llmrt import _core
+
+    if reps < 1:
+        raise ValueError(f"repetitions must be >= 1, got {reps}")
+    if n_prompt < 0 or n_gen < 0 or n_prompt + n_gen == 0:
+        raise ValueError(f"need a prompt or generation length > 0, got -p {n_prompt} -n {n_gen}")
+    rng = np.random.default_rng(seed)
+    n_ctx = max(n_prompt, n_gen, 1)
+    sess = model.new_session(ctx_size=n_ctx, kv_mode="none")
+    isa = _core.isa_current()
+    name = getattr(model, "path", "")
+    out: List[BenchResult] = []
+
+    def pp() -> float:
+        ids = rng.integers(0, model.n_vocab, n_prompt)
+        sess.reset()
+        t0 = time.perf_counter()
+        sess.eval(ids)
+        return n_prompt / (time.perf_counter() - t0)
+
+    def tg() -> float:
+        tok = [int(rng.integers(0, model.n_vocab))]
+        sess.reset()
+        t0 = time.perf_counter()
+        for _ in range(n_gen):
+            sess.eval(tok)
+        return n_gen / (time.perf_counter() - t0)
+
+    for test, fn, n in (("pp", pp, n_prompt), ("tg", tg, n_gen)):
+        if n <= 0:
+            continue
+        fn()                                    # warm-up
+        samples = []
+        for _ in range(reps):
+            samples.append(fn())
+            if progress is not None:
+                progress(1)
+        mean, sd = _stats(samples)
+        out.append(BenchResult(f"{test}{n}", mean, sd, model.n_threads, isa, name,
+                               n_prompt if test == "pp" else 0, n_gen if test == "tg" else 0,
+                               reps, samples))
+    return out
+
+
+def bandwidth_bound(model, n_threads: Optional[int] = None, nbytes: int = 512 << 20) -> dict:
+    """Measured read bandwidth (bytes/s, n_threads threads) and the decode bound it implies."""
+    from llmrt import _core
+
+    n = n_threads or model.n_threads
+    bw = _core.read_bandwidth(nbytes, n, 3)
+    wb = weight_bytes_per_token(model)
+    return {"read_bandwidth_gb_s": bw / 1e9, "weight_bytes_per_token": wb,
+            "tg_bound_t_s": bw / wb, "n_threads": n}
+
+
+def format_markdown(results: List[BenchResult], size_bytes: int, model_name: str) -> str:
+    """llama-bench's table: model | size | threads | isa | test | t/s."""
+    lines = ["| model | size | threads | isa | test | t/s |",
+             "| --- | ---: | ---: | --- | ---: | ---: |"]
+    for r in results:
+        lines.append(f"| {model_name} | {size_bytes / 2**20:.2f} MiB | {r.n_threads} | {r.isa} | "
+                     f"{r.test} | {r.t_s:.2f} ± {r.t_s_sd:.2f} |")
+    return "\n".join(lines)

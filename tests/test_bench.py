@@ -1,0 +1,77 @@
+"""`llmrt bench` (llmrt/bench.py): the llama-bench-shaped tests on a tiny real GGUF model, the
+JSON and markdown outputs, the weight-bytes count behind the bandwidth bound, and bad arguments.
+No timing is asserted (speed is measured by benchmarks/, never by tests): only that the numbers
+are there, positive and consistent."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hf_gguf import tiny_model, write_gguf
+from llmrt import _core, bench
+from llmrt.cli import main
+from llmrt.model import Model
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    model, config = tiny_model("llama", num_hidden_layers=2)
+    return str(write_gguf(model, config, tmp_path_factory.mktemp("bench") / "tiny.gguf", "q8_0"))
+
+
+def run(args):
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def test_bench_json_has_the_llama_bench_fields(tiny_path):
+    r = run(["bench", tiny_path, "-p", "16", "-n", "4", "-r", "2", "-t", "1", "-o", "json"])
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [d["test"] for d in rows] == ["pp16", "tg4"]
+    for d in rows:
+        assert d["t_s"] > 0 and d["t_s_sd"] >= 0
+        assert len(d["samples"]) == 2
+        assert d["n_threads"] == 1
+        assert d["isa"] == _core.isa_current()
+        mean = sum(d["samples"]) / 2
+        assert d["t_s"] == pytest.approx(mean, rel=1e-12)
+    tg = rows[1]
+    assert tg["tg_bound_t_s"] == pytest.approx(
+        tg["read_bandwidth_gb_s"] * 1e9 / tg["weight_bytes_per_token"], rel=1e-9)
+    assert tg["bound_fraction"] == pytest.approx(tg["t_s"] / tg["tg_bound_t_s"], rel=1e-9)
+
+
+def test_bench_markdown_table(tiny_path):
+    r = run(["bench", tiny_path, "-p", "8", "-n", "0", "-r", "1", "-t", "1"])
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "| model | size | threads | isa | test | t/s |"
+    assert sum("| pp8 |" in line for line in lines) == 1
+    assert not any("tg" in line for line in lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-r", "0"], "repetitions must be >= 1"),
+    (["-p", "0", "-n", "0"], "need a prompt or generation length"),
+])
+def test_bench_bad_arguments(tiny_path, args, message):
+    r = run(["bench", tiny_path, "-t", "1", *args])
+    assert r.exit_code == 1
+    assert message in r.stderr
+
+
+def test_weight_bytes_per_token_counts_the_tied_output_once(tiny_path):
+    m = Model(tiny_path, n_threads=1, ctx_size=32)
+    t = m.gguf.tensors
+    expect = sum(v.nbytes for k, v in t.items() if k != "token_embd.weight")
+    if "output.weight" not in t:
+        expect += t["token_embd.weight"].nbytes
+    assert bench.weight_bytes_per_token(m) == expect
+
+
+def test_read_bandwidth_is_positive_and_rejects_bad_arguments():
+    assert _core.read_bandwidth(1 << 20, 1, 1) > 1e6     # any machine reads > 1 MB/s
+    with pytest.raises(MemoryError):
+        _core.read_bandwidth(1 << 20, 0, 1)
