@@ -334,6 +334,11 @@ class Model:
                     f"{self.path}: tensor {name} has shape {tuple(t.shape)}, expected {want}")
 
     def _check_ids(self, ids) -> np.ndarray:
+        if type(ids) is list and 0 < len(ids) <= 16 and all(type(i) is int for i in ids):
+            for i in ids:                # the decode loop's case: no numpy reductions
+                if not 0 <= i < self.n_vocab:
+                    raise ValueError(f"token id {i} is out of range for a vocabulary of {self.n_vocab}")
+            return np.array(ids, dtype=np.int32)
         arr = np.asarray(_as_id_list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64).ravel()
         if arr.size == 0:
             raise ValueError("no tokens to evaluate")
