@@ -30,46 +30,23 @@
 #include <stdint.h>
 #include <string.h>
 
-/* tile config for the int8 GEMM: m0 / m1 tokens in the upper / lower tile row (m1 may be 0) */
-static void AMX_FN(cfg_int8)(llmrt_amx_tilecfg *cfg, int m0, int m1) {
+/* tile config: m0 / m1 tokens in the upper / lower tile row (m1 may be 0: tmm2, 3, 5 unused).
+ * C tiles m x 16 dwords; A tiles m x a_colsb bytes; B tiles b_rows x (16 rows x 4 bytes).
+ * int8: a_colsb 32 (one 32-block), b_rows 8; bf16: a_colsb 64 (32 bf16), b_rows 16 (pairs). */
+static void AMX_FN(cfg_tiles)(llmrt_amx_tilecfg *cfg, int m0, int m1, int a_colsb, int b_rows) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->palette_id = 1;
-    for (int t = 0; t < 2; t++) {          /* C tiles 0, 1: m0 x 16 int32 */
-        cfg->rows[t] = (uint8_t)m0;
-        cfg->colsb[t] = 64;
+    const int mc[4] = { m0, m0, m1, m1 };     /* C tiles 0..3 */
+    for (int t = 0; t < 4; t++) {
+        cfg->rows[t] = (uint8_t)mc[t];
+        cfg->colsb[t] = mc[t] > 0 ? 64 : 0;
     }
-    cfg->rows[4] = (uint8_t)m0;            /* A tile 4: m0 tokens x 32 int8 (one 32-block) */
-    cfg->colsb[4] = 32;
-    if (m1 > 0) {
-        cfg->rows[2] = cfg->rows[3] = (uint8_t)m1;
-        cfg->colsb[2] = cfg->colsb[3] = 64;
-        cfg->rows[5] = (uint8_t)m1;
-        cfg->colsb[5] = 32;
-    }
-    for (int t = 6; t < 8; t++) {          /* B tiles 6, 7: 8 x (16 rows x 4 int8) */
-        cfg->rows[t] = 8;
-        cfg->colsb[t] = 64;
-    }
-}
-
-/* tile config for the bf16 GEMM: A m x 32 bf16, B 16 pairs x (16 rows x 2 bf16), C m x 16 f32 */
-static void AMX_FN(cfg_bf16)(llmrt_amx_tilecfg *cfg, int m0, int m1) {
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->palette_id = 1;
-    for (int t = 0; t < 2; t++) {
-        cfg->rows[t] = (uint8_t)m0;
-        cfg->colsb[t] = 64;
-    }
-    cfg->rows[4] = (uint8_t)m0;
-    cfg->colsb[4] = 64;
-    if (m1 > 0) {
-        cfg->rows[2] = cfg->rows[3] = (uint8_t)m1;
-        cfg->colsb[2] = cfg->colsb[3] = 64;
-        cfg->rows[5] = (uint8_t)m1;
-        cfg->colsb[5] = 64;
-    }
-    for (int t = 6; t < 8; t++) {
-        cfg->rows[t] = 16;
+    cfg->rows[4] = (uint8_t)m0;               /* A tiles 4, 5 */
+    cfg->colsb[4] = (uint16_t)a_colsb;
+    cfg->rows[5] = (uint8_t)m1;
+    cfg->colsb[5] = m1 > 0 ? (uint16_t)a_colsb : 0;
+    for (int t = 6; t < 8; t++) {             /* B tiles 6, 7 */
+        cfg->rows[t] = (uint8_t)b_rows;
         cfg->colsb[t] = 64;
     }
 }
@@ -126,7 +103,7 @@ int AMX_FN(llmrt_amx_gemm_int8)(const llmrt_amx_packed *w, const uint8_t *act, s
                 const int m1 = (int)(n - t - 16 <= 0 ? 0 : (n - t - 16 < 16 ? n - t - 16 : 16));
                 const int mt = m0 + m1;
                 if (m0 != cur_m0 || m1 != cur_m1) {
-                    AMX_FN(cfg_int8)(&cfg, m0, m1);
+                    AMX_FN(cfg_tiles)(&cfg, m0, m1, 32, 8);
                     AMX_CONFIG(&cfg);
                     cur_m0 = m0;
                     cur_m1 = m1;
@@ -205,7 +182,7 @@ int AMX_FN(llmrt_amx_gemm_bf16)(const llmrt_amx_packed *w, const uint8_t *xb, si
             const int m0 = (int)(n - t < 16 ? n - t : 16);
             const int m1 = (int)(n - t - 16 <= 0 ? 0 : (n - t - 16 < 16 ? n - t - 16 : 16));
             if (m0 != cur_m0 || m1 != cur_m1) {
-                AMX_FN(cfg_bf16)(&cfg, m0, m1);
+                AMX_FN(cfg_tiles)(&cfg, m0, m1, 64, 16);
                 AMX_CONFIG(&cfg);
                 cur_m0 = m0;
                 cur_m1 = m1;

@@ -34,6 +34,7 @@ int llmrt_amx_hw_bf16_available(void) {
 /* One instruction on tmm0 (C) / tmm1 (A) / tmm2 (B), buffers row-major with rows of colsb bytes. */
 int llmrt_amx_dp_once_hw(int op, const llmrt_amx_tilecfg *cfg, void *c, const void *a,
                          const void *b) {
+    __asm__ volatile("" : : "r"(cfg) : "memory"); /* see AMX_CONFIG below */
     _tile_loadconfig(cfg);
     _tile_loadd(0, c, cfg->colsb[0]);
     _tile_loadd(1, a, cfg->colsb[1]);
@@ -53,7 +54,10 @@ int llmrt_amx_dp_once_hw(int op, const llmrt_amx_tilecfg *cfg, void *c, const vo
 
 #define AMX_FN(name) name##_hw
 #define AMX_STATE do { } while (0)
-#define AMX_CONFIG(cfgp) _tile_loadconfig(cfgp)
+/* gcc's _tile_loadconfig tells the compiler it reads only 8 bytes of the 64-byte operand: the
+ * barrier makes every store to the config happen before LDTILECFG. */
+#define AMX_CONFIG(cfgp) do { __asm__ volatile("" : : "r"(cfgp) : "memory"); \
+                              _tile_loadconfig(cfgp); } while (0)
 #define AMX_RELEASE() _tile_release()
 #define AMX_STATUS LLMRT_OK
 #define AMX_LOAD(t, p, stride) _tile_loadd(t, (p), (stride))
