@@ -11,6 +11,7 @@ GIL around every call that can take time. Each concern has its own include file:
     quants.pxi  dequantize / quantize rows of GGUF block types
     dot.pxi     dot products of one weight row with one activation row (vec_dot kernels)
     graph.pxi   compute graph, thread pool, KV cache
+    amx.pxi     AMX tile layer (software model / real instructions) and AMX GEMMs, test hooks
 """
 import numpy as np
 cimport numpy as cnp
@@ -21,3 +22,4 @@ include "cpu.pxi"
 include "quants.pxi"
 include "dot.pxi"
 include "graph.pxi"
+include "amx.pxi"
