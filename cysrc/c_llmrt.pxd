@@ -49,8 +49,24 @@ cdef extern from "llmrt/llmrt.h" nogil:
         const char *vec_dot_name[40]
         llmrt_quant_row_fn quant_act_row[40]
         const char *quant_act_row_name[40]
+        int pack_rows[40]
+        const char *gemm_name[40]
         const char *vec_swiglu_name
         const char *vec_silu_name
         const char *vec_soft_max_name
 
     const llmrt_kernel_table *llmrt_kernels()
+
+cdef extern from "llmrt/gemm.h" nogil:
+    ctypedef struct llmrt_packed:
+        int type
+        int R
+        int64_t K
+        int64_t M
+        int64_t n_groups
+        size_t group_bytes
+        void *data
+
+    int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
+                          llmrt_packed *out)
+    void llmrt_packed_free(llmrt_packed *p)
