@@ -343,6 +343,47 @@ static ALWAYS_INLINE void tile_float(int kind, int NT, int64_t n, const uint8_t 
     }
 }
 
+/* one activation row (decode): the 4 chains in one pass, 2 rows at a time (8 accumulators), so the
+ * weights stream through once; then the same steps, reduction and tail as tile_float */
+static ALWAYS_INLINE void tile_float1(int kind, int64_t n, const uint8_t *w, size_t row_bytes, const void *a,
+                                      float out[FR][3]) {
+    for (int r0 = 0; r0 < FR; r0 += 2) {
+        __m256 acc[2][4];
+        for (int r = 0; r < 2; r++) for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
+        const uint8_t *w0 = w + r0 * row_bytes, *w1 = w0 + row_bytes;
+        int64_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+            for (int c = 0; c < 4; c++) {
+                const __m256 av = load8_ps(a, i + 8 * c, kind);
+                acc[0][c] = _mm256_fmadd_ps(load8_ps(w0, i + 8 * c, kind), av, acc[0][c]);
+                acc[1][c] = _mm256_fmadd_ps(load8_ps(w1, i + 8 * c, kind), av, acc[1][c]);
+            }
+        }
+        if (kind != KIND_F16) { /* steps of 8 into chain 0 */
+            for (; i + 8 <= n; i += 8) {
+                const __m256 av = load8_ps(a, i, kind);
+                acc[0][0] = _mm256_fmadd_ps(load8_ps(w0, i, kind), av, acc[0][0]);
+                acc[1][0] = _mm256_fmadd_ps(load8_ps(w1, i, kind), av, acc[1][0]);
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            const __m256 *ac = acc[r];
+            double sum;
+            if (kind == KIND_F16) {
+                const __m256 s0 = _mm256_add_ps(_mm256_add_ps(ac[0], ac[2]), _mm256_add_ps(ac[1], ac[3]));
+                const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+                const __m128 t1 = _mm_hadd_ps(t0, t0);
+                sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+            } else {
+                sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(ac[0], ac[1]), _mm256_add_ps(ac[2], ac[3])));
+            }
+            const uint8_t *wr = w0 + r * row_bytes;
+            for (int64_t k = i; k < n; k++) sum += (double)(load1_ps(wr, k, kind) * load1_ps(a, k, kind));
+            out[r0 + r][0] = (float)sum;
+        }
+    }
+}
+
 static ALWAYS_INLINE void gemm_float(int kind, int64_t K, const void *group, int n_rows, const void *x,
                                      size_t x_stride, int n_x, float *y, int64_t y_stride) {
     const size_t row_bytes = (size_t)K * (kind == KIND_F32 ? 4 : 2);
@@ -355,7 +396,7 @@ static ALWAYS_INLINE void gemm_float(int kind, int64_t K, const void *group, int
             float out[FR][3];
             if (nt == 3) tile_float(kind, 3, K, w, row_bytes, a, out);
             else if (nt == 2) tile_float(kind, 2, K, w, row_bytes, a, out);
-            else tile_float(kind, 1, K, w, row_bytes, a, out);
+            else tile_float1(kind, K, w, row_bytes, a[0], out);
             for (int r = 0; r < FR && r0 + r < n_rows; r++) {
                 for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * y_stride + r0 + r] = out[r][t];
             }
