@@ -20,4 +20,5 @@ cnp.import_array()
 include "cpu.pxi"
 include "quants.pxi"
 include "dot.pxi"
+include "gemm.pxi"
 include "graph.pxi"

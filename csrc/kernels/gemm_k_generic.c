@@ -36,18 +36,21 @@ static size_t group_bytes_f16(int64_t K) { return round64((size_t)K * PK_R * siz
 
 /* ---- packing ---------------------------------------------------------------------------------- */
 
-/* super-block i of source row r, copied out (source rows may sit at any address) */
-#define SRC_BLOCK(T, src, src_row_bytes, r, i, out) \
-    memcpy(&(out), (const uint8_t *)(src) + (size_t)(r) * (src_row_bytes) + (size_t)(i) * sizeof(T), sizeof(T))
+/* super-block i of source row r, copied out (source rows may sit at any address); rows past `rows`
+ * are all-zero GGUF blocks (the group's padding: zero rows, packed like any other) */
+#define SRC_BLOCK(T, src, src_row_bytes, rows, r, i, out) do { \
+        if ((r) < (rows)) memcpy(&(out), (const uint8_t *)(src) + (size_t)(r) * (src_row_bytes) + (size_t)(i) * sizeof(T), sizeof(T)); \
+        else memset(&(out), 0, sizeof(T)); \
+    } while (0)
 
 static void pack_q4_K(const void *src, size_t src_row_bytes, int64_t K, int rows, void *group) {
     const int64_t nb = K / QK_K;
     memset(group, 0, group_bytes_q4_K(K));
     for (int64_t i = 0; i < nb; i++) {
         uint8_t *bg = (uint8_t *)group + i * Q4K_BG;
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < PK_R; r++) {
             block_q4_K b;
-            SRC_BLOCK(block_q4_K, src, src_row_bytes, r, i, b);
+            SRC_BLOCK(block_q4_K, src, src_row_bytes, rows, r, i, b);
             uint8_t sc[8], m[8];
             unpack_scales_mins_k4(b.scales, sc, m);
             memcpy(bg + Q4K_D + 2 * r, &b.d, 2);
@@ -64,9 +67,9 @@ static void pack_q5_K(const void *src, size_t src_row_bytes, int64_t K, int rows
     memset(group, 0, group_bytes_q5_K(K));
     for (int64_t i = 0; i < nb; i++) {
         uint8_t *bg = (uint8_t *)group + i * Q5K_BG;
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < PK_R; r++) {
             block_q5_K b;
-            SRC_BLOCK(block_q5_K, src, src_row_bytes, r, i, b);
+            SRC_BLOCK(block_q5_K, src, src_row_bytes, rows, r, i, b);
             uint8_t sc[8], m[8];
             unpack_scales_mins_k4(b.scales, sc, m);
             memcpy(bg + Q5K_D + 2 * r, &b.d, 2);
@@ -84,9 +87,9 @@ static void pack_q6_K(const void *src, size_t src_row_bytes, int64_t K, int rows
     memset(group, 0, group_bytes_q6_K(K));
     for (int64_t i = 0; i < nb; i++) {
         uint8_t *bg = (uint8_t *)group + i * Q6K_BG;
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < PK_R; r++) {
             block_q6_K b;
-            SRC_BLOCK(block_q6_K, src, src_row_bytes, r, i, b);
+            SRC_BLOCK(block_q6_K, src, src_row_bytes, rows, r, i, b);
             memcpy(bg + Q6K_D + 2 * r, &b.d, 2);
             memcpy(bg + Q6K_SC + 16 * r, b.scales, 16);
             memcpy(bg + Q6K_QL + 128 * r, b.ql, 128);
@@ -100,9 +103,9 @@ static void pack_q3_K(const void *src, size_t src_row_bytes, int64_t K, int rows
     memset(group, 0, group_bytes_q3_K(K));
     for (int64_t i = 0; i < nb; i++) {
         uint8_t *bg = (uint8_t *)group + i * Q3K_BG;
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < PK_R; r++) {
             block_q3_K b;
-            SRC_BLOCK(block_q3_K, src, src_row_bytes, r, i, b);
+            SRC_BLOCK(block_q3_K, src, src_row_bytes, rows, r, i, b);
             int8_t sc[16];
             unpack_scales_q3_k(b.scales, sc);
             memcpy(bg + Q3K_D + 2 * r, &b.d, 2);
@@ -118,9 +121,9 @@ static void pack_q2_K(const void *src, size_t src_row_bytes, int64_t K, int rows
     memset(group, 0, group_bytes_q2_K(K));
     for (int64_t i = 0; i < nb; i++) {
         uint8_t *bg = (uint8_t *)group + i * Q2K_BG;
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < PK_R; r++) {
             block_q2_K b;
-            SRC_BLOCK(block_q2_K, src, src_row_bytes, r, i, b);
+            SRC_BLOCK(block_q2_K, src, src_row_bytes, rows, r, i, b);
             memcpy(bg + Q2K_D + 2 * r, &b.d, 2);
             memcpy(bg + Q2K_DMIN + 2 * r, &b.dmin, 2);
             memcpy(bg + Q2K_SC + 16 * r, b.scales, 16);
