@@ -69,6 +69,9 @@ typedef struct llmrt_packed {
 int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
                       llmrt_packed *out);
 void llmrt_packed_free(llmrt_packed *p); /* frees data and zeroes *p; NULL or zeroed is fine */
+/* The inverse of pack (tests): writes the first `rows` rows of a group back as plain GGUF rows
+ * (dst_row_bytes apart). LLMRT_EUNSUPPORTED for types without an unpacker. */
+int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes);
 
 /* Each file of packed kernels registers what it has (generic: layouts + gemm; ISA files: gemm).
  * Called by llmrt_set_isa in level order, like the vec_dot registrations. */
