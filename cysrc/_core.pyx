@@ -10,6 +10,7 @@ GIL around every call that can take time. Each concern has its own include file:
     cpu.pxi     CPU features, ISA level, kernel table names
     quants.pxi  dequantize / quantize rows of GGUF block types
     dot.pxi     dot products of one weight row with one activation row (vec_dot kernels)
+    gemm.pxi    packed weights (load-time repacking) and the gemm kernels over them
     graph.pxi   compute graph, thread pool, KV cache
 """
 import numpy as np

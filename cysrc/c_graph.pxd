@@ -104,6 +104,7 @@ cdef extern from "llmrt/graph.h" nogil:
         int tok_dim
         int64_t tok_cap
         void *data
+        const llmrt_packed *packed
         llmrt_tensor *src[3]
         llmrt_tensor *view_src
         int32_t op_params[16]

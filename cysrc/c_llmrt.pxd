@@ -73,3 +73,5 @@ cdef extern from "llmrt/gemm.h" nogil:
     int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
                           llmrt_packed *out)
     void llmrt_packed_free(llmrt_packed *p)
+    int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *dst,
+                           size_t dst_row_bytes)

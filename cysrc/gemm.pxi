@@ -14,28 +14,17 @@ cdef class PackedWeight:
     """A weight [K, M] of a GGUF type, packed (lossless) for the gemm kernels. Owns its memory."""
     cdef llmrt_packed p
 
-    def __cinit__(self, arr, int wtype, K, M):
-        """arr: the plain GGUF rows, uint8, M * row_size(wtype, K) bytes (C-contiguous)."""
-        cdef const llmrt_type_traits *tt = llmrt_type_traits_get(wtype)
-        if tt == NULL:
-            raise ValueError(f"[pack] unknown type id {wtype}")
-        if pack_rows(wtype) == 0:
-            raise ValueError(f"[pack] type {tt.name.decode()} has no packed layout")
-        if K <= 0 or M <= 0 or K % tt.blck_size != 0:
-            raise ValueError(f"[pack] K = {K} must be a positive multiple of the block size "
-                             f"{tt.blck_size}, M = {M} positive")
-        cdef const unsigned char[::1] a = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        cdef size_t rs = llmrt_row_size(wtype, K)
-        if <size_t>a.shape[0] != rs * <size_t>M:
-            raise ValueError(f"[pack] arr has {a.shape[0]} bytes, {M} rows of {rs} expected")
+    cdef int _pack(self, const void *src, int wtype, int64_t K, int64_t M) except -1:
+        """Packs M plain rows of K elements at src (validated by the caller)."""
         cdef int rc
-        cdef int64_t cK = K, cM = M
+        cdef size_t rs = llmrt_row_size(wtype, K)
         with nogil:
-            rc = llmrt_pack_weight(wtype, &a[0], rs, cK, cM, &self.p)
+            rc = llmrt_pack_weight(wtype, src, rs, K, M, &self.p)
         if rc == LLMRT_ENOMEM:
             raise MemoryError("[pack] out of memory")
         if rc != LLMRT_OK:
             raise ValueError(f"[pack] failed ({rc})")
+        return 0
 
     def __dealloc__(self):
         llmrt_packed_free(&self.p)
@@ -82,6 +71,20 @@ cdef class PackedWeight:
             <const unsigned char *>self.p.data + <size_t>g * self.p.group_bytes)
         return np.array(v, dtype=np.uint8)
 
+    def unpack(self, int g):
+        """Group g's real rows back in the plain GGUF layout: uint8 [rows, row_size]."""
+        self._check_group(g)
+        cdef int rows = <int>min(self.p.R, self.p.M - <int64_t>g * self.p.R)
+        cdef size_t rs = llmrt_row_size(self.p.type, self.p.K)
+        out = np.zeros((rows, rs), dtype=np.uint8)
+        cdef unsigned char[:, ::1] o = out
+        rc = llmrt_unpack_group(self.p.type, self.p.K,
+                                <const unsigned char *>self.p.data + <size_t>g * self.p.group_bytes,
+                                rows, &o[0, 0], rs)
+        if rc != LLMRT_OK:
+            raise ValueError(f"[packed] no unpacker for this type ({rc})")
+        return out
+
     def gemm(self, int g, x, int n_rows=-1):
         """y[j, r] = dot(row r of group g, activation row j) with the kernel table's gemm.
 
@@ -121,5 +124,20 @@ cdef class PackedWeight:
 
 
 def pack_weight(arr, int wtype, K, M):
-    """PackedWeight of M rows of K elements of type wtype (arr: their plain GGUF bytes)."""
-    return PackedWeight(arr, wtype, K, M)
+    """PackedWeight of M rows of K elements of type wtype (arr: their plain GGUF bytes, uint8,
+    M * row_size(wtype, K) bytes)."""
+    cdef const llmrt_type_traits *tt = llmrt_type_traits_get(wtype)
+    if tt == NULL:
+        raise ValueError(f"[pack] unknown type id {wtype}")
+    if pack_rows(wtype) == 0:
+        raise ValueError(f"[pack] type {tt.name.decode()} has no packed layout")
+    if K <= 0 or M <= 0 or K % tt.blck_size != 0:
+        raise ValueError(f"[pack] K = {K} must be a positive multiple of the block size "
+                         f"{tt.blck_size}, M = {M} positive")
+    cdef const unsigned char[::1] a = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    cdef size_t rs = llmrt_row_size(wtype, K)
+    if <size_t>a.shape[0] != rs * <size_t>M:
+        raise ValueError(f"[pack] arr has {a.shape[0]} bytes, {M} rows of {rs} expected")
+    pw = PackedWeight()
+    pw._pack(&a[0], wtype, K, M)
+    return pw

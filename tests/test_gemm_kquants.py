@@ -161,6 +161,8 @@ def test_pack_lossless(t, k, rng):
         np.testing.assert_array_equal(back[:m], w)           # byte for byte
         assert not back[m:].any()                             # padding rows are zero
         np.testing.assert_array_equal(dequant(t, back[:m], k), dequant(t, w, k))
+        # llmrt_unpack_group (C) agrees
+        np.testing.assert_array_equal(np.concatenate([pw.unpack(g) for g in range(pw.n_groups)]), w)
 
 
 def gemm_all(pw, a):

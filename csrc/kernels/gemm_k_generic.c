@@ -147,6 +147,100 @@ static void pack_f16(const void *src, size_t src_row_bytes, int64_t K, int rows,
     pack_rows_plain(src, src_row_bytes, (size_t)K * sizeof(llmrt_fp16_t), group_bytes_f16(K), rows, group);
 }
 
+/* ---- unpacking (the inverse of pack; tests) ----------------------------------------------------- */
+
+/* get_scale_min_k4 inverted: 8 six-bit scales and mins -> the 12 GGUF bytes */
+static void pack_scales_mins_k4(const uint8_t *sc, const uint8_t *m, uint8_t *q) {
+    for (int j = 0; j < 4; j++) {
+        q[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        q[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        q[j + 8] = (uint8_t)((sc[j + 4] & 0x0f) | (m[j + 4] & 0x0f) << 4);
+    }
+}
+
+/* unpack_scales_q3_k inverted: 16 scales (value - 32) -> the 12 GGUF bytes */
+static void pack_scales_q3_k(const int8_t *sc, uint8_t *q) {
+    memset(q, 0, 12);
+    for (int j = 0; j < 16; j++) {
+        const int v = sc[j] + 32;
+        q[j % 8] |= (uint8_t)((v & 0x0f) << (j < 8 ? 0 : 4));
+        q[8 + j % 4] |= (uint8_t)((v >> 4) << (2 * (j / 4)));
+    }
+}
+
+int llmrt_unpack_group_k(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes) {
+    const llmrt_type_traits *tt = llmrt_type_traits_get(type);
+    if (tt == NULL || K <= 0 || K % tt->blck_size != 0 || rows < 0 || rows > PK_R) return LLMRT_EINVAL;
+    const uint8_t *g = group;
+    switch (type) {
+    case LLMRT_TYPE_F32: case LLMRT_TYPE_F16: case LLMRT_TYPE_BF16: { /* plain rows */
+        const size_t rb = (size_t)K * tt->type_size;
+        for (int r = 0; r < rows; r++) memcpy((uint8_t *)dst + (size_t)r * dst_row_bytes, g + r * rb, rb);
+        return LLMRT_OK;
+    }
+    case LLMRT_TYPE_Q2_K: case LLMRT_TYPE_Q3_K: case LLMRT_TYPE_Q4_K: case LLMRT_TYPE_Q5_K: case LLMRT_TYPE_Q6_K:
+        break;
+    default:
+        return LLMRT_EUNSUPPORTED;
+    }
+    const int64_t nb = K / QK_K;
+    for (int r = 0; r < rows; r++) {
+        uint8_t *row = (uint8_t *)dst + (size_t)r * dst_row_bytes;
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t sc[8], m[8];
+            switch (type) {
+            case LLMRT_TYPE_Q4_K: case LLMRT_TYPE_Q5_K: {
+                const int q5 = type == LLMRT_TYPE_Q5_K;
+                const uint8_t *bg = g + i * (q5 ? Q5K_BG : Q4K_BG);
+                uint8_t *b = row + i * (q5 ? sizeof(block_q5_K) : sizeof(block_q4_K));
+                memcpy(sc, bg + Q4K_SC + 8 * r, 8); /* Q5K_SC, Q5K_M, Q5K_D, Q5K_DMIN equal Q4K_* */
+                for (int s = 0; s < 8; s++) m[s] = bg[Q4K_M + pk_min_off(r, s)];
+                memcpy(b, bg + Q4K_D + 2 * r, 2);
+                memcpy(b + 2, bg + Q4K_DMIN + 2 * r, 2);
+                pack_scales_mins_k4(sc, m, b + 4);
+                if (q5) {
+                    memcpy(b + 16, bg + Q5K_QH + 32 * r, 32);
+                    memcpy(b + 48, bg + Q5K_QS + 128 * r, 128);
+                } else {
+                    memcpy(b + 16, bg + Q4K_QS + 128 * r, 128);
+                }
+                break;
+            }
+            case LLMRT_TYPE_Q6_K: {
+                const uint8_t *bg = g + i * Q6K_BG;
+                uint8_t *b = row + i * sizeof(block_q6_K);
+                memcpy(b, bg + Q6K_QL + 128 * r, 128);
+                memcpy(b + 128, bg + Q6K_QH + 64 * r, 64);
+                memcpy(b + 192, bg + Q6K_SC + 16 * r, 16);
+                memcpy(b + 208, bg + Q6K_D + 2 * r, 2);
+                break;
+            }
+            case LLMRT_TYPE_Q3_K: {
+                const uint8_t *bg = g + i * Q3K_BG;
+                uint8_t *b = row + i * sizeof(block_q3_K);
+                int8_t sc3[16];
+                memcpy(sc3, bg + Q3K_SC + 16 * r, 16);
+                memcpy(b, bg + Q3K_HM + 32 * r, 32);
+                memcpy(b + 32, bg + Q3K_QS + 64 * r, 64);
+                pack_scales_q3_k(sc3, b + 96);
+                memcpy(b + 108, bg + Q3K_D + 2 * r, 2);
+                break;
+            }
+            default: { /* Q2_K */
+                const uint8_t *bg = g + i * Q2K_BG;
+                uint8_t *b = row + i * sizeof(block_q2_K);
+                memcpy(b, bg + Q2K_SC + 16 * r, 16);
+                memcpy(b + 16, bg + Q2K_QS + 64 * r, 64);
+                memcpy(b + 80, bg + Q2K_D + 2 * r, 2);
+                memcpy(b + 82, bg + Q2K_DMIN + 2 * r, 2);
+                break;
+            }
+            }
+        }
+    }
+    return LLMRT_OK;
+}
+
 /* ---- generic kernels: dot_generic.c's arithmetic over the packed fields ------------------------ */
 
 /* Σ_s sc[s] · Σ q·y over one Q4_K / Q5_K row-block (qh NULL for Q4_K); same value as dot_generic.c's

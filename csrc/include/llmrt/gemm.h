@@ -69,6 +69,9 @@ typedef struct llmrt_packed {
 int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
                       llmrt_packed *out);
 void llmrt_packed_free(llmrt_packed *p); /* frees data and zeroes *p; NULL or zeroed is fine */
+/* The inverse of pack (tests): writes the first `rows` rows of a group back as plain GGUF rows
+ * (dst_row_bytes apart). LLMRT_EUNSUPPORTED for types without an unpacker. */
+int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes);
 
 /* Each file of packed kernels registers what it has (generic: layouts + gemm; ISA files: gemm).
  * Called by llmrt_set_isa in level order, like the vec_dot registrations. */
@@ -81,6 +84,8 @@ void llmrt_register_gemm_kernels_avx512_vnni(llmrt_kernel_table *kt);
 void llmrt_register_gemm_k_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_gemm_k_kernels_avx2(llmrt_kernel_table *kt);
 void llmrt_register_gemm_k_kernels_avx512(llmrt_kernel_table *kt);
+/* llmrt_unpack_group for those types (LLMRT_EUNSUPPORTED for the others). */
+int llmrt_unpack_group_k(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes);
 
 #ifdef __cplusplus
 }
