@@ -4,6 +4,7 @@
  * overrides what it implements, so every entry always has a kernel.
  */
 #include "llmrt/llmrt.h"
+#include "llmrt/gemm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -140,17 +141,24 @@ int llmrt_set_isa(int level) {
     memset(&kt, 0, sizeof(kt));
     llmrt_register_kernels_generic(&kt);
     llmrt_register_dot_kernels_generic(&kt);
+    llmrt_register_gemm_kernels_generic(&kt);
+    llmrt_register_gemm_k_kernels_generic(&kt);
     if (level >= LLMRT_ISA_AVX2) {
         llmrt_register_kernels_avx2(&kt);
         llmrt_register_dot_kernels_avx2(&kt);
+        llmrt_register_gemm_kernels_avx2(&kt);
+        llmrt_register_gemm_k_kernels_avx2(&kt);
     }
     if (level >= LLMRT_ISA_AVX512) {
         llmrt_register_kernels_avx512(&kt);
         llmrt_register_dot_kernels_avx512(&kt);
+        llmrt_register_gemm_kernels_avx512(&kt);
+        llmrt_register_gemm_k_kernels_avx512(&kt);
     }
     if (level >= LLMRT_ISA_AVX512_VNNI) {
         llmrt_register_kernels_avx512_vnni(&kt);
         llmrt_register_dot_kernels_avx512_vnni(&kt);
+        llmrt_register_gemm_kernels_avx512_vnni(&kt);
     }
     if (level >= LLMRT_ISA_AMX) llmrt_register_kernels_amx(&kt);
     kernel_table = kt;

@@ -18,6 +18,7 @@
  * fills), unless both ran on thread 0, which orders them anyway.
  */
 #include "llmrt/graph.h"
+#include "llmrt/gemm.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -224,6 +225,18 @@ int llmrt_graph_weight(llmrt_graph *g, int type, const int64_t *ne, int n_dims, 
     if (t == NULL) return LLMRT_ENOMEM;
     t->data = (void *)data;
     return t->id;
+}
+
+int llmrt_graph_weight_packed(llmrt_graph *g, int w, const llmrt_packed *p) {
+    /* allowed before or after build: packed data is not arena, so the plan does not change */
+    if (w < 0 || w >= g->n_tensors || p == NULL || p->data == NULL) return LLMRT_EINVAL;
+    llmrt_tensor *t = g->tensors[w];
+    if (t->op != LLMRT_OP_NONE || t->n_dims != 2 || p->type != t->type || p->K != t->ne[0]
+        || p->M != t->ne[1]) {
+        return LLMRT_EINVAL;
+    }
+    t->packed = p;
+    return LLMRT_OK;
 }
 
 int llmrt_graph_input(llmrt_graph *g, int which, int max_out) {

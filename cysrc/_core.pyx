@@ -10,6 +10,7 @@ GIL around every call that can take time. Each concern has its own include file:
     cpu.pxi     CPU features, ISA level, kernel table names
     quants.pxi  dequantize / quantize rows of GGUF block types
     dot.pxi     dot products of one weight row with one activation row (vec_dot kernels)
+    gemm.pxi    packed weights (load-time repacking) and the gemm kernels over them
     graph.pxi   compute graph, thread pool, KV cache
     amx.pxi     AMX tile layer (software model / real instructions) and AMX GEMMs, test hooks
 """
@@ -21,5 +22,6 @@ cnp.import_array()
 include "cpu.pxi"
 include "quants.pxi"
 include "dot.pxi"
+include "gemm.pxi"
 include "graph.pxi"
 include "amx.pxi"

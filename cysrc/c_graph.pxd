@@ -1,5 +1,6 @@
 # Restates csrc/include/llmrt/{threadpool,kv_cache,graph}.h for Cython.
 from libc.stdint cimport int32_t, int64_t
+from c_llmrt cimport llmrt_packed
 
 cdef extern from "llmrt/threadpool.h" nogil:
     ctypedef struct llmrt_threadpool:
@@ -103,6 +104,7 @@ cdef extern from "llmrt/graph.h" nogil:
         int tok_dim
         int64_t tok_cap
         void *data
+        const llmrt_packed *packed
         llmrt_tensor *src[3]
         llmrt_tensor *view_src
         int32_t op_params[16]
@@ -124,6 +126,7 @@ cdef extern from "llmrt/graph.h" nogil:
     llmrt_graph *llmrt_graph_new(int max_tokens, llmrt_threadpool *pool)
     void llmrt_graph_free(llmrt_graph *g)
     int llmrt_graph_weight(llmrt_graph *g, int type, const int64_t *ne, int n_dims, const void *data)
+    int llmrt_graph_weight_packed(llmrt_graph *g, int w, const llmrt_packed *p)
     int llmrt_graph_input(llmrt_graph *g, int which, int max_out)
     int llmrt_graph_get_rows(llmrt_graph *g, int w, int idx)
     int llmrt_graph_rms_norm(llmrt_graph *g, int x, float eps)

@@ -13,6 +13,8 @@ cdef extern from "llmrt/llmrt.h" nogil:
     ctypedef void (*llmrt_dequant_row_fn)(const void *x, float *y, int64_t k)
     ctypedef void (*llmrt_quant_row_fn)(const float *x, void *y, int64_t k)
     ctypedef void (*llmrt_vec_dot_fn)(int n, float *s, const void *x, const void *y)
+    ctypedef void (*llmrt_gemm_fn)(int64_t K, const void *group, int n_rows, const void *x,
+                                   size_t x_stride, int n_x, float *y, int64_t y_stride)
 
     ctypedef struct llmrt_type_traits:
         const char *name
@@ -50,8 +52,27 @@ cdef extern from "llmrt/llmrt.h" nogil:
         const char *vec_dot_name[40]
         llmrt_quant_row_fn quant_act_row[40]
         const char *quant_act_row_name[40]
+        int pack_rows[40]
+        llmrt_gemm_fn gemm[40]
+        const char *gemm_name[40]
         const char *vec_swiglu_name
         const char *vec_silu_name
         const char *vec_soft_max_name
 
     const llmrt_kernel_table *llmrt_kernels()
+
+cdef extern from "llmrt/gemm.h" nogil:
+    ctypedef struct llmrt_packed:
+        int type
+        int R
+        int64_t K
+        int64_t M
+        int64_t n_groups
+        size_t group_bytes
+        void *data
+
+    int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
+                          llmrt_packed *out)
+    void llmrt_packed_free(llmrt_packed *p)
+    int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *dst,
+                           size_t dst_row_bytes)

@@ -53,7 +53,7 @@ def kernel_names():
     """{table: {type name: kernel name}} for every filled entry of the kernel table."""
     cdef const llmrt_kernel_table *kt = llmrt_kernels()
     cdef const llmrt_type_traits *tt
-    out = {"dequant_row": {}, "quant_row": {}, "vec_dot": {}, "quant_act_row": {}}
+    out = {"dequant_row": {}, "quant_row": {}, "vec_dot": {}, "quant_act_row": {}, "gemm": {}}
     for t in range(LLMRT_TYPE_COUNT):
         tt = llmrt_type_traits_get(t)
         if tt == NULL:
@@ -67,6 +67,8 @@ def kernel_names():
             out["vec_dot"][tname] = kt.vec_dot_name[t].decode()
         if kt.quant_act_row_name[t] != NULL:
             out["quant_act_row"][tname] = kt.quant_act_row_name[t].decode()
+        if kt.pack_rows[t] > 0 and kt.gemm_name[t] != NULL:   # packed path (gemm.h)
+            out["gemm"][tname] = kt.gemm_name[t].decode()
     return out
 
 

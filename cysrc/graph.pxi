@@ -323,8 +323,12 @@ cdef class Graph:
     cdef int _vocab              # smallest row count of a get_rows weight (-1 if none)
     cdef list _attn              # (layer, n_head_kv, hd_k, hd_v) per attention node
     cdef object _cache           # the cache given to attention(), used when run() gets none
+    cdef dict _packs             # packed copies of mul_mat weights, by (address, type, K, M)
+    cdef readonly bint pack      # repack mul_mat weights of types with a packed path (gemm.h)
 
-    def __cinit__(self, int max_tokens, int n_threads):
+    def __cinit__(self, int max_tokens, int n_threads, packs=None, bint pack=True):
+        """packs: a dict shared by graphs over the same weights (a model's batch buckets), so
+        each weight is packed once; pack=False keeps every weight plain (vec_dot path)."""
         if max_tokens < 1:
             raise ValueError(f"[graph] max_tokens must be >= 1, got {max_tokens}")
         if n_threads < 1:
@@ -338,6 +342,8 @@ cdef class Graph:
         self._vocab = -1
         self._attn = []
         self._cache = None
+        self._packs = {} if packs is None else packs
+        self.pack = pack
 
     def __dealloc__(self):
         if self.g != NULL:
@@ -525,7 +531,24 @@ cdef class Graph:
         if (tw.type != _T_F32 and vt not in (_T_F16, _T_BF16) and kt.quant_row[vt] == NULL):
             raise RuntimeError(f"[mul_mat] no quant_row kernel for {_type_name(vt)} "
                                f"(the activation type of {w.type_name})")
-        return self._new(llmrt_graph_mul_mat(self.g, w.id, x.id), "mul_mat")
+        t = self._new(llmrt_graph_mul_mat(self.g, w.id, x.id), "mul_mat")
+        if self.pack and tw.packed == NULL and kt.pack_rows[tw.type] > 0:
+            self._attach_packed(w.id, tw)
+        return t
+
+    cdef _attach_packed(self, int wid, const llmrt_tensor *tw):
+        """Repacks weight tw once (or reuses the copy another graph over the same memory made)
+        and lets MUL_MAT read it with the kernel table's gemm."""
+        key = (<uintptr_t>tw.data, tw.type, tw.ne[0], tw.ne[1])
+        pw = self._packs.get(key)
+        if pw is None:
+            pw = PackedWeight()
+            (<PackedWeight>pw)._pack(tw.data, tw.type, tw.ne[0], tw.ne[1])
+            self._packs[key] = pw
+        rc = llmrt_graph_weight_packed(self.g, wid, (<PackedWeight>pw).ptr())
+        if rc != LLMRT_OK:
+            raise ValueError(f"[mul_mat] could not attach the packed weight ({rc})")
+        self._keep.append(pw)
 
     def reshape(self, x, ne):
         """A view of x with per-token shape ne (ggml order); the token dim stays last. ne may

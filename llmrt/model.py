@@ -286,6 +286,10 @@ class Model:
         if self.n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
         self._graphs = {}
+        # mul_mat weights repacked at load for the gemm kernels (gemm.h), shared by every batch
+        # bucket's graph; LLMRT_PACK=0 keeps them plain (the vec_dot path, for comparisons)
+        self._packs = {}
+        self._pack = os.environ.get("LLMRT_PACK", "1") != "0"
         self._all_logits_batch = max(1, min(N_BATCH, ALL_LOGITS_BATCH_BYTES // (4 * self.n_vocab)))
         log.info("llmrt: %s: arch %s, %d layers, n_embd %d, vocab %d; ISA %s, %d threads, kv cache %s",
                  os.path.basename(self.path), self.arch, self.hparams.n_layer, self.hparams.n_embd,
@@ -354,7 +358,7 @@ class Model:
         key = (cap, all_logits)
         g = self._graphs.get(key)
         if g is None:
-            g = _core.Graph(cap, self.n_threads)
+            g = _core.Graph(cap, self.n_threads, packs=self._packs, pack=self._pack)
             self.family.build_graph(g, self.hparams, _Weights(g, self.gguf), None, all_logits)
             g.build()
             self._graphs[key] = g

@@ -80,7 +80,8 @@ def cpu_features() -> dict:
 
 
 def kernel_names() -> dict:
-    """{"dequant_row" | "quant_row" | "vec_dot": {type name: kernel name}} for the current level."""
+    """{"dequant_row" | "quant_row" | "vec_dot" | "quant_act_row" | "gemm": {type name: kernel name}}
+    for the current level ("gemm": the packed-weight matmul kernel of types repacked at load)."""
     return _core.kernel_names()
 
 

@@ -4,13 +4,26 @@
  * Two nodes. QUANTIZE converts each activation row to W's vec_dot_type (Q8_0 for Q4_0, Q8_K for
  * the K-quants, F16 for F16, ...) into an arena tensor, once per run, with the kernel table's
  * quant_act_row: the rounding ggml's CPU backend uses for activations on this ISA. MUL_MAT then computes
- * y[j][m] = vec_dot(W row m, x row j). Its chunks are blocks of MM_BLOCK weight rows; a chunk
- * loops over every activation row for its block, so the block's weights stay in cache while
- * they are reused by all tokens of a prefill.
+ * y[j][m] = vec_dot(W row m, x row j).
+ *
+ * Packed weights (gemm.h; W->packed set at load and the level has a gemm for the type): chunks
+ * are (range of groups) x (block of tokens), claimed atomically in token-block-major order, so
+ * both threads work on the same token block (its activations stay in L2) on different weights.
+ * A group's R rows are fed to kt->gemm for all tokens of the block at once (the group, a few
+ * KB, stays in L1 while the kernel tiles the tokens). Group ranges are sized for at least
+ * MM_CHUNKS_PER_THREAD chunks per thread per token block (decode: many small chunks, so no
+ * thread idles at the end of a node) and at most MM_CHUNK_BYTES of weights.
+ *
+ * Plain weights: chunks are blocks of MM_BLOCK weight rows; a chunk loops over every activation
+ * row for its block, so the block's weights stay in cache while they are reused by all tokens.
  */
+#include "llmrt/gemm.h"
 #include "ops/ops.h"
 
-#define MM_BLOCK 16 /* weight rows per chunk */
+#define MM_BLOCK 16               /* weight rows per chunk (plain weights) */
+#define MM_TOKENS 64              /* tokens per chunk (packed): 64 x K activation bytes stay in L2 */
+#define MM_CHUNKS_PER_THREAD 8    /* packed: at least this many chunks per thread and token block */
+#define MM_CHUNK_BYTES (64 << 10) /* packed: at most this many weight bytes per chunk */
 
 void llmrt_compute_quantize(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_tensor *src = dst->src[0];
@@ -32,9 +45,44 @@ void llmrt_compute_quantize(const llmrt_compute_params *p, llmrt_tensor *dst) {
     }
 }
 
+static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llmrt_gemm_fn gemm) {
+    const llmrt_packed *pw = dst->src[0]->packed;
+    const llmrt_tensor *x = dst->src[1];
+    const int64_t nr = llmrt_nrows(x);
+    const int R = pw->R;
+    const int64_t ng = pw->n_groups;
+    int64_t gpc = ng / ((int64_t)MM_CHUNKS_PER_THREAD * p->nth);  /* groups per chunk */
+    const int64_t gmax = (int64_t)(MM_CHUNK_BYTES / pw->group_bytes);
+    if (gpc > gmax) gpc = gmax;
+    if (gpc < 1) gpc = 1;
+    const int64_t n_gc = (ng + gpc - 1) / gpc;
+    const int64_t n_tb = (nr + MM_TOKENS - 1) / MM_TOKENS;
+    const int64_t n_chunks = n_gc * n_tb;
+    const size_t xs = x->nb[1];
+    const int64_t ys = (int64_t)(dst->nb[1] / sizeof(float));
+    for (int64_t c = llmrt_claim(p); c < n_chunks; c = llmrt_claim(p)) {
+        const int64_t j0 = (c / n_gc) * MM_TOKENS;
+        const int n_x = (int)(nr - j0 < MM_TOKENS ? nr - j0 : MM_TOKENS);
+        const int64_t g0 = (c % n_gc) * gpc;
+        const int64_t g1 = g0 + gpc < ng ? g0 + gpc : ng;
+        const char *xj = (const char *)x->data + (size_t)j0 * xs;
+        float *yj = (float *)dst->data + j0 * ys;
+        for (int64_t g = g0; g < g1; g++) {
+            const int n_rows = (int)(pw->M - g * R < R ? pw->M - g * R : R);
+            gemm(pw->K, (const char *)pw->data + (size_t)g * pw->group_bytes, n_rows, xj, xs, n_x,
+                 yj + g * R, ys);
+        }
+    }
+}
+
 void llmrt_compute_mul_mat(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_tensor *w = dst->src[0];
     const llmrt_tensor *x = dst->src[1];
+    const llmrt_gemm_fn gemm = w->packed ? p->ctx->kt->gemm[w->type] : NULL;
+    if (gemm != NULL) {
+        mul_mat_packed(p, dst, gemm);
+        return;
+    }
     const int K = (int)w->ne[0];
     const int64_t M = w->ne[1];
     const int64_t nr = llmrt_nrows(x);

@@ -116,6 +116,9 @@ typedef struct llmrt_tensor {
     int tok_dim;                            /* n_dims - 1 for activations, -1 for weights */
     int64_t tok_cap;                        /* capacity of the token dim */
     void *data;                             /* weights: caller's memory; else arena (or input) */
+    const struct llmrt_packed *packed;      /* weights: load-time repacked copy of data (gemm.h),
+                                               caller's memory, or NULL; MUL_MAT then uses
+                                               kt->gemm on it when the level has one */
     struct llmrt_tensor *src[LLMRT_MAX_SRC];
     struct llmrt_tensor *view_src;          /* reshape: the tensor whose memory this is */
     int32_t op_params[LLMRT_MAX_OP_PARAMS]; /* ints, or floats stored bitwise */
@@ -148,6 +151,12 @@ void llmrt_graph_free(llmrt_graph *g);
 
 /* A weight over caller memory (kept alive by the caller); ne[0..n_dims) in ggml order. */
 int llmrt_graph_weight(llmrt_graph *g, int type, const int64_t *ne, int n_dims, const void *data);
+/* Attaches a packed copy (gemm.h; kept alive by the caller, like data) to weight w: MUL_MAT
+ * reads it with kt->gemm, everything else (get_rows, levels without a gemm) keeps reading data.
+ * Allowed before or after build. LLMRT_EINVAL if w is not a 2-D weight or p does not match its
+ * type and shape [K, M]. */
+struct llmrt_packed;
+int llmrt_graph_weight_packed(llmrt_graph *g, int w, const struct llmrt_packed *p);
 /* LLMRT_INPUT_TOKENS / POSITIONS (one each, [n]) or OUT_ROWS ([n_out], capacity max_out). */
 int llmrt_graph_input(llmrt_graph *g, int which, int max_out);
 int llmrt_graph_get_rows(llmrt_graph *g, int w, int idx);

@@ -75,6 +75,15 @@ typedef void (*llmrt_vec_glu_fn)(int n, float *y, const float *x, const float *g
 typedef void (*llmrt_vec_unary_fn)(int n, float *y, const float *x);
 typedef double (*llmrt_vec_soft_max_fn)(int n, float *y, const float *x, float max);
 
+/* Packed weights (csrc/include/llmrt/gemm.h says the layout contract). */
+typedef size_t (*llmrt_pack_group_bytes_fn)(int64_t K);
+/* packs `rows` (1..R) consecutive rows (src_row_bytes apart, plain GGUF layout) into one group */
+typedef void (*llmrt_pack_fn)(const void *src, size_t src_row_bytes, int64_t K, int rows, void *group);
+/* for r < n_rows, j < n_x: y[j * y_stride + r] = dot(row r of group, activation row j), the exact
+ * bits vec_dot gives; x rows (the type's vec_dot_type) x_stride bytes apart */
+typedef void (*llmrt_gemm_fn)(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride,
+                              int n_x, float *y, int64_t y_stride);
+
 /* Per-type traits (designated initializers in csrc/types.c). */
 typedef struct {
     const char *name;       /* GGUF name: "Q4_0", "F16", ... */
@@ -148,6 +157,13 @@ typedef struct {
     llmrt_vec_unary_fn vec_silu;       /* ggml_vec_silu_f32 */
     llmrt_vec_soft_max_fn vec_soft_max; /* ggml_vec_soft_max_f32 */
     const char *vec_swiglu_name, *vec_silu_name, *vec_soft_max_name;
+    /* Packed weights (gemm.h): load-time layout (the same at every ISA level, so filled by the
+     * generic level only) and the matmul kernel over one group (per ISA, bit-exact with vec_dot). */
+    int pack_rows[LLMRT_TYPE_COUNT];                          /* R; 0 = type has no packed path */
+    llmrt_pack_group_bytes_fn pack_group_bytes[LLMRT_TYPE_COUNT];
+    llmrt_pack_fn pack[LLMRT_TYPE_COUNT];
+    llmrt_gemm_fn gemm[LLMRT_TYPE_COUNT];
+    const char *gemm_name[LLMRT_TYPE_COUNT];
 } llmrt_kernel_table;
 
 const llmrt_kernel_table *llmrt_kernels(void);

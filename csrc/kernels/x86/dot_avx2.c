@@ -245,7 +245,7 @@ static void vec_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *
         const float dall = y[i].d * f16(x[i].d);
         const float dmin = y[i].d * f16(x[i].dmin);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(isum), acc);
-        summ += dmin * (float)summs;
+        summ = fmaf(dmin, (float)summs, summ); /* fused, as ggml's build compiles it */
     }
     *s = hsum_ps(acc) - summ;
 }
@@ -333,7 +333,7 @@ static void vec_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *
         unpack_scales_mins_k4(x[i].scales, sc, m);
         const __m256i isum = isum_k4(x[i].qs, x[i].qh, sc, y[i].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(isum), acc);
-        summ += f16(x[i].dmin) * y[i].d * (float)bsums_dot_mins8(y[i].bsums, m);
+        summ = fmaf(f16(x[i].dmin) * y[i].d, (float)bsums_dot_mins8(y[i].bsums, m), summ); /* fused, as ggml's build */
     }
     *s = hsum_ps(acc) - summ;
 }

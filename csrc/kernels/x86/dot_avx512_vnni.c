@@ -16,6 +16,7 @@
 #endif
 #include "llmrt/llmrt.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "../quant_common.h" /* unpack_scales_mins_k4 */
@@ -163,7 +164,7 @@ static void vec_dot_q4_K_q8_K_avx512_vnni(int n, float *s, const void *vx, const
         const float d = f16(x[i].d) * y[i].d;
         const float dmin = f16(x[i].dmin) * y[i].d;
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
-        summ += dmin * (float)summs;
+        summ = fmaf(dmin, (float)summs, summ); /* fused, as the -O3 build contracts it */
     }
     *s = _mm512_reduce_add_ps(acc) - summ;
 }

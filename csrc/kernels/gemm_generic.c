@@ -1,0 +1,235 @@
+/*
+ * gemm_generic.c — packed weights: the per-type layouts (pack_rows, pack_group_bytes, pack; the
+ * same at every ISA level), their inverse (llmrt_unpack_group, for tests), the portable gemm
+ * kernels, and llmrt_pack_weight, which packs a whole weight tensor at load. gemm.h states the
+ * contract; gemm_q32.h the layout of the 32-element block types.
+ *
+ * The generic gemm computes each output exactly as dot_generic.c's vec_dot of the same type does
+ * (same integer sums, same f32 expression per block, same order), reading the packed layout.
+ */
+#include "llmrt/gemm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_q32.h"
+
+#define FP16(h) llmrt_fp16_to_fp32(h)
+
+/* ---- 32-element block types: layout ------------------------------------------------------------ */
+
+/* byte offsets of a plain GGUF block's fields (d is always at 0) */
+static int q32_off_m(int type) { return (type == LLMRT_TYPE_Q4_1 || type == LLMRT_TYPE_Q5_1) ? 2 : -1; }
+static int q32_off_qh(int type) { return type == LLMRT_TYPE_Q5_0 ? 2 : type == LLMRT_TYPE_Q5_1 ? 4 : -1; }
+static int q32_off_qs(int type) {
+    switch (type) {
+    case LLMRT_TYPE_Q4_0: return 2;
+    case LLMRT_TYPE_Q4_1: return 4;
+    case LLMRT_TYPE_Q5_0: return 6;
+    case LLMRT_TYPE_Q5_1: return 8;
+    default: return 2; /* Q8_0 */
+    }
+}
+
+static void pack_q32(int type, const void *src, size_t src_row_bytes, int64_t K, int rows, void *group) {
+    const int64_t nb = K / 32;
+    const size_t bs = llmrt_type_traits_get(type)->type_size;
+    const int nsc = q32_nsc(type);
+    uint8_t *qs = (uint8_t *)group;
+    uint8_t *qh = qs + q32_qh_off(type, nb);
+    uint8_t *sc = qs + q32_sc_off(type, nb);
+    memset(group, 0, q32_group_bytes(type, nb));
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *row = (const uint8_t *)src + (size_t)r * src_row_bytes;
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const uint8_t *b = row + (size_t)ib * bs;
+            memcpy(sc + ((size_t)ib * nsc * Q32_R + r) * 2, b, 2); /* d */
+            if (nsc == 2) memcpy(sc + ((size_t)ib * nsc * Q32_R + Q32_R + r) * 2, b + q32_off_m(type), 2);
+            if (q32_has_qh(type)) memcpy(qh + ((size_t)ib * Q32_R + r) * 4, b + q32_off_qh(type), 4);
+            const uint8_t *bq = b + q32_off_qs(type);
+            if (type == LLMRT_TYPE_Q8_0) {
+                memcpy(qs + (size_t)ib * Q32_R * 32 + 32 * r, bq, 32);
+            } else {
+                uint8_t *dst = qs + (size_t)ib * Q32_R * 16 + 32 * (r / 2);
+                for (int i = 0; i < 32; i++) {
+                    const uint8_t q = i < 16 ? (bq[i] & 0x0f) : (bq[i - 16] >> 4);
+                    dst[i] |= (uint8_t)(r % 2 ? q << 4 : q);
+                }
+            }
+        }
+    }
+}
+
+static void unpack_q32(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes) {
+    const int64_t nb = K / 32;
+    const size_t bs = llmrt_type_traits_get(type)->type_size;
+    const int nsc = q32_nsc(type);
+    const uint8_t *qs = (const uint8_t *)group;
+    const uint8_t *qh = qs + q32_qh_off(type, nb);
+    const uint8_t *sc = qs + q32_sc_off(type, nb);
+    for (int r = 0; r < rows; r++) {
+        uint8_t *row = (uint8_t *)dst + (size_t)r * dst_row_bytes;
+        for (int64_t ib = 0; ib < nb; ib++) {
+            uint8_t *b = row + (size_t)ib * bs;
+            memcpy(b, sc + ((size_t)ib * nsc * Q32_R + r) * 2, 2);
+            if (nsc == 2) memcpy(b + q32_off_m(type), sc + ((size_t)ib * nsc * Q32_R + Q32_R + r) * 2, 2);
+            if (q32_has_qh(type)) memcpy(b + q32_off_qh(type), qh + ((size_t)ib * Q32_R + r) * 4, 4);
+            uint8_t *bq = b + q32_off_qs(type);
+            if (type == LLMRT_TYPE_Q8_0) {
+                memcpy(bq, qs + (size_t)ib * Q32_R * 32 + 32 * r, 32);
+            } else {
+                const uint8_t *p = qs + (size_t)ib * Q32_R * 16 + 32 * (r / 2);
+                for (int i = 0; i < 16; i++) {
+                    const int lo = (r % 2 ? p[i] >> 4 : p[i]) & 0x0f;
+                    const int hi = (r % 2 ? p[i + 16] >> 4 : p[i + 16]) & 0x0f;
+                    bq[i] = (uint8_t)(lo | hi << 4);
+                }
+            }
+        }
+    }
+}
+
+#define Q32_LAYOUT(T, t)                                                                           \
+    static size_t pack_group_bytes_##t(int64_t K) { return q32_group_bytes(LLMRT_TYPE_##T, K / 32); } \
+    static void pack_##t(const void *src, size_t srb, int64_t K, int rows, void *group) {          \
+        pack_q32(LLMRT_TYPE_##T, src, srb, K, rows, group);                                        \
+    }
+Q32_LAYOUT(Q4_0, q4_0)
+Q32_LAYOUT(Q4_1, q4_1)
+Q32_LAYOUT(Q5_0, q5_0)
+Q32_LAYOUT(Q5_1, q5_1)
+Q32_LAYOUT(Q8_0, q8_0)
+
+/* ---- 32-element block types: portable gemm ------------------------------------------------------ */
+
+/* quant of element i (0..31) of row r in block ib: Q8_0 signed, Q4/Q5 unsigned 0..15 / 0..31 */
+static inline int q32_q(int type, const uint8_t *group, int64_t nb, int64_t ib, int r, int i) {
+    if (type == LLMRT_TYPE_Q8_0) return (int8_t)group[ib * Q32_R * 32 + 32 * r + i];
+    const uint8_t byte = group[ib * Q32_R * 16 + 32 * (r / 2) + i];
+    int q = (r % 2 ? byte >> 4 : byte) & 0x0f;
+    if (q32_has_qh(type)) {
+        uint32_t qh;
+        memcpy(&qh, group + q32_qh_off(type, nb) + (ib * Q32_R + r) * 4, 4);
+        q |= (int)((qh >> i) & 1u) << 4;
+    }
+    return q;
+}
+
+static inline llmrt_fp16_t q32_sc(int type, const uint8_t *group, int64_t nb, int64_t ib, int which, int r) {
+    llmrt_fp16_t h;
+    memcpy(&h, group + q32_sc_off(type, nb) + ((ib * q32_nsc(type) + which) * Q32_R + r) * 2, 2);
+    return h;
+}
+
+/* one output, in dot_generic.c's order for the type */
+static inline float dot_q32_generic(int type, const uint8_t *group, int64_t nb, int r, const uint8_t *x) {
+    const int q8_1 = q32_nsc(type) == 2;             /* activations Q8_1 (d, s, qs) else Q8_0 (d, qs) */
+    const size_t ybs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const int off = type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0;
+    float sumf = 0.0f;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *yb = x + (size_t)ib * ybs;
+        llmrt_fp16_t yd, ys = 0;
+        memcpy(&yd, yb, 2);
+        if (q8_1) memcpy(&ys, yb + 2, 2);
+        const int8_t *yq = (const int8_t *)(yb + (q8_1 ? 4 : 2));
+        int sumi = 0;
+        for (int i = 0; i < 32; i++) sumi += (q32_q(type, group, nb, ib, r, i) - off) * yq[i];
+        const float xd = FP16(q32_sc(type, group, nb, ib, 0, r));
+        switch (type) {
+        case LLMRT_TYPE_Q8_0: sumf += (float)sumi * (xd * FP16(yd)); break;
+        case LLMRT_TYPE_Q4_0: sumf += (float)sumi * xd * FP16(yd); break;
+        case LLMRT_TYPE_Q5_0: sumf += (xd * FP16(yd)) * (float)sumi; break;
+        default: /* Q4_1, Q5_1 */
+            sumf += (xd * FP16(yd)) * (float)sumi + FP16(q32_sc(type, group, nb, ib, 1, r)) * FP16(ys);
+            break;
+        }
+    }
+    return sumf;
+}
+
+static inline void gemm_q32_generic(int type, int64_t K, const void *group, int n_rows, const void *x,
+                                    size_t x_stride, int n_x, float *y, int64_t y_stride) {
+    for (int j = 0; j < n_x; j++) {
+        const uint8_t *xj = (const uint8_t *)x + (size_t)j * x_stride;
+        for (int r = 0; r < n_rows; r++) y[j * y_stride + r] = dot_q32_generic(type, group, K / 32, r, xj);
+    }
+}
+
+#define Q32_GEMM(T, t, tx)                                                                          \
+    static void gemm_##t##_##tx##_generic(int64_t K, const void *group, int n_rows, const void *x,  \
+                                          size_t x_stride, int n_x, float *y, int64_t y_stride) {   \
+        gemm_q32_generic(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);          \
+    }
+Q32_GEMM(Q4_0, q4_0, q8_0)
+Q32_GEMM(Q4_1, q4_1, q8_1)
+Q32_GEMM(Q5_0, q5_0, q8_0)
+Q32_GEMM(Q5_1, q5_1, q8_1)
+Q32_GEMM(Q8_0, q8_0, q8_0)
+
+/* ---- whole tensors -------------------------------------------------------------------------- */
+
+int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes) {
+    switch (type) {
+    case LLMRT_TYPE_Q4_0: case LLMRT_TYPE_Q4_1: case LLMRT_TYPE_Q5_0: case LLMRT_TYPE_Q5_1:
+    case LLMRT_TYPE_Q8_0:
+        if (K <= 0 || K % 32 != 0 || rows < 0 || rows > Q32_R) return LLMRT_EINVAL;
+        unpack_q32(type, K, group, rows, dst, dst_row_bytes);
+        return LLMRT_OK;
+    default:
+        return llmrt_unpack_group_k(type, K, group, rows, dst, dst_row_bytes); /* gemm_k_generic.c */
+    }
+}
+
+int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
+                      llmrt_packed *out) {
+    memset(out, 0, sizeof(*out));
+    const llmrt_kernel_table *kt = llmrt_kernels();
+    const llmrt_type_traits *tt = llmrt_type_traits_get(type);
+    if (tt == NULL || kt->pack_rows[type] <= 0 || kt->pack[type] == NULL) return LLMRT_EUNSUPPORTED;
+    if (K <= 0 || M <= 0 || K % tt->blck_size != 0 || src == NULL) return LLMRT_EINVAL;
+    const int R = kt->pack_rows[type];
+    const size_t gb = kt->pack_group_bytes[type](K);
+    const int64_t n_groups = (M + R - 1) / R;
+    void *data = NULL;
+    if (gb == 0 || gb % 64 != 0 || posix_memalign(&data, 64, gb * (size_t)n_groups) != 0) return LLMRT_ENOMEM;
+    for (int64_t g = 0; g < n_groups; g++) {
+        const int64_t m0 = g * R;
+        const int rows = (int)(M - m0 < R ? M - m0 : R);
+        kt->pack[type]((const char *)src + (size_t)m0 * src_row_bytes, src_row_bytes, K, rows,
+                       (char *)data + (size_t)g * gb);
+    }
+    out->type = type;
+    out->R = R;
+    out->K = K;
+    out->M = M;
+    out->n_groups = n_groups;
+    out->group_bytes = gb;
+    out->data = data;
+    return LLMRT_OK;
+}
+
+void llmrt_packed_free(llmrt_packed *p) {
+    if (p == NULL) return;
+    free(p->data);
+    memset(p, 0, sizeof(*p));
+}
+
+void llmrt_register_gemm_kernels_generic(llmrt_kernel_table *kt) {
+#define LAYOUT(T, t) do { kt->pack_rows[LLMRT_TYPE_##T] = Q32_R;                                   \
+                          kt->pack_group_bytes[LLMRT_TYPE_##T] = pack_group_bytes_##t;              \
+                          kt->pack[LLMRT_TYPE_##T] = pack_##t; } while (0)
+#define REG(T, fn) do { kt->gemm[LLMRT_TYPE_##T] = fn; kt->gemm_name[LLMRT_TYPE_##T] = #fn; } while (0)
+    LAYOUT(Q4_0, q4_0);
+    LAYOUT(Q4_1, q4_1);
+    LAYOUT(Q5_0, q5_0);
+    LAYOUT(Q5_1, q5_1);
+    LAYOUT(Q8_0, q8_0);
+    REG(Q4_0, gemm_q4_0_q8_0_generic);
+    REG(Q4_1, gemm_q4_1_q8_1_generic);
+    REG(Q5_0, gemm_q5_0_q8_0_generic);
+    REG(Q5_1, gemm_q5_1_q8_1_generic);
+    REG(Q8_0, gemm_q8_0_q8_0_generic);
+#undef LAYOUT
+#undef REG
+}

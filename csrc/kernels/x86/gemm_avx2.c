@@ -1,0 +1,158 @@
+/*
+ * gemm_avx2.c — packed-weight gemm kernels (gemm.h) for the AVX2 level (AVX2 + FMA + F16C), over
+ * the layout of gemm_q32.h. Compiled for this target only; the register function is called only
+ * when the CPU supports the level.
+ *
+ * Bit-exact with dot_avx2.c's vec_dot for every (row, token): per block the same exact integer
+ * sums in the same 8 i32 lanes (lane k = elements 4k..4k+3), converted to f32 and accumulated with
+ * fma(d_x·d_y, lanes, acc) in block order, then the same horizontal sum (and Q4_1/Q5_1's Σ m·s
+ * chain, fused as vec_dot's). Only the work is shared:
+ *   - a tile is 4 rows x NT tokens of __m256 accumulators; each row's quants are unpacked once
+ *     per block (one aligned 32-byte load gives two rows' nibbles) and used by NT tokens, each
+ *     token's activation block is loaded once and used by 4 rows;
+ *   - d_x·d_y for 4 rows is one mul_ps of the group's 4 scales (one cvtph) by the token's d;
+ *   - the offset of Q4_0 / Q5_0 (q - 8, q - 16) is the integer Σ 8·y of the 4-element lanes,
+ *     computed once per token and block and subtracted from every row's Σ q·y: the same exact
+ *     integers as vec_dot's maddubs(q, y) - maddubs(8, y).
+ * n_x = 1 is the decode GEMV (a tile of one token streams the group once); n_x > 1 tiles tokens
+ * by GEMM_NT, the rest by smaller tiles.
+ */
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+#endif
+#include "llmrt/gemm.h"
+
+#include <string.h>
+
+#include "../gemm_q32.h"
+
+#if defined(__x86_64__)
+#include "simd_avx2.h" /* f16, loads, hsum_ps, expand_bits_32 */
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define GEMM_NT 2 /* tokens per tile: 4 x 2 accumulators + activations + unpacked rows fit 16 ymm */
+
+static ALWAYS_INLINE float f16_at(const uint8_t *p) {
+    llmrt_fp16_t h;
+    memcpy(&h, p, 2);
+    return f16(h);
+}
+
+/* One tile: rows 0..3 of the group x tokens 0..NT-1 of x; writes rows < n_rows. */
+static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t nb, const uint8_t *grp,
+                                   const uint8_t *x, const size_t xs, float *y, const int64_t ys,
+                                   const int n_rows) {
+    const int q8_1 = q32_nsc(type) == 2;                  /* activations Q8_1 (d, s, qs), else Q8_0 */
+    const size_t ybs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const int yqo = q8_1 ? 4 : 2;                         /* offset of qs in the activation block */
+    const int off = type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0;
+    const uint8_t *qs = grp;
+    const uint8_t *qh = grp + q32_qh_off(type, nb);
+    const uint8_t *sc = grp + q32_sc_off(type, nb);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[Q32_R][4];
+    __m128 summ[4];                                       /* Σ m·s, lane r = row r */
+    for (int j = 0; j < NT; j++) {
+        summ[j] = _mm_setzero_ps();
+        for (int r = 0; r < Q32_R; r++) acc[r][j] = _mm256_setzero_ps();
+    }
+    for (int64_t ib = 0; ib < nb; ib++) {
+        __m128 xd, xm = _mm_setzero_ps();
+        if (q8_1) {
+            const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + ib * 16)));
+            xd = _mm256_castps256_ps128(dm);
+            xm = _mm256_extractf128_ps(dm, 1);
+        } else {
+            xd = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sc + ib * 8)));
+        }
+        _Alignas(16) float dp[4][4];                      /* [token][row] d_x·d_y */
+        __m256i yq[4], yo[4];
+        for (int j = 0; j < NT; j++) {
+            const uint8_t *yb = x + (size_t)j * xs + (size_t)ib * ybs;
+            _mm_store_ps(dp[j], _mm_mul_ps(xd, _mm_set1_ps(f16_at(yb))));
+            if (q8_1) summ[j] = _mm_fmadd_ps(xm, _mm_set1_ps(f16_at(yb + 2)), summ[j]);
+            yq[j] = loadu256(yb + yqo);
+            if (off) yo[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8((char)off), yq[j]), ones);
+        }
+        if (type == LLMRT_TYPE_Q8_0) {
+            for (int r = 0; r < Q32_R; r++) {
+                const __m256i w = _mm256_load_si256((const __m256i *)(qs + ib * 128 + 32 * r));
+                const __m256i aw = _mm256_sign_epi8(w, w);
+                for (int j = 0; j < NT; j++) {
+                    const __m256i i32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(yq[j], w)), ones);
+                    acc[r][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dp[j][r]), _mm256_cvtepi32_ps(i32), acc[r][j]);
+                }
+            }
+        } else {
+            for (int p = 0; p < Q32_R / 2; p++) {
+                const __m256i v = _mm256_load_si256((const __m256i *)(qs + ib * 64 + 32 * p));
+                __m256i w[2] = { _mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) };
+                if (q32_has_qh(type)) {
+                    const __m256i b5 = _mm256_set1_epi8(0x10);
+                    uint32_t h[2];
+                    memcpy(h, qh + (ib * Q32_R + 2 * p) * 4, 8);
+                    w[0] = _mm256_or_si256(w[0], _mm256_and_si256(expand_bits_32(h[0]), b5));
+                    w[1] = _mm256_or_si256(w[1], _mm256_and_si256(expand_bits_32(h[1]), b5));
+                }
+                for (int k = 0; k < 2; k++) {
+                    const int r = 2 * p + k;
+                    for (int j = 0; j < NT; j++) {
+                        __m256i i32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w[k], yq[j]), ones);
+                        if (off) i32 = _mm256_sub_epi32(i32, yo[j]);
+                        acc[r][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dp[j][r]), _mm256_cvtepi32_ps(i32), acc[r][j]);
+                    }
+                }
+            }
+        }
+    }
+    for (int j = 0; j < NT; j++) {
+        _Alignas(16) float sm[4];
+        _mm_store_ps(sm, summ[j]);
+        for (int r = 0; r < n_rows; r++) {
+            float s = hsum_ps(acc[r][j]);
+            if (q8_1) s = s + sm[r];
+            y[(int64_t)j * ys + r] = s;
+        }
+    }
+}
+
+static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *group, int n_rows,
+                                        const void *x, size_t x_stride, int n_x, float *y, int64_t y_stride) {
+    const int64_t nb = K / 32;
+    const uint8_t *g = (const uint8_t *)group;
+    const uint8_t *xb = (const uint8_t *)x;
+    int j = 0;
+    for (; j + GEMM_NT <= n_x; j += GEMM_NT) {
+        tile_q32(type, GEMM_NT, nb, g, xb + (size_t)j * x_stride, x_stride, y + (int64_t)j * y_stride, y_stride, n_rows);
+    }
+    for (; j < n_x; j++) tile_q32(type, 1, nb, g, xb + (size_t)j * x_stride, x_stride, y + (int64_t)j * y_stride, y_stride, n_rows);
+}
+
+#define Q32_GEMM(T, t, tx)                                                                          \
+    static void gemm_##t##_##tx##_avx2(int64_t K, const void *group, int n_rows, const void *x,     \
+                                       size_t x_stride, int n_x, float *y, int64_t y_stride) {      \
+        gemm_q32_avx2(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);             \
+    }
+Q32_GEMM(Q4_0, q4_0, q8_0)
+Q32_GEMM(Q4_1, q4_1, q8_1)
+Q32_GEMM(Q5_0, q5_0, q8_0)
+Q32_GEMM(Q5_1, q5_1, q8_1)
+Q32_GEMM(Q8_0, q8_0, q8_0)
+
+#endif /* __x86_64__ */
+
+void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt) {
+#if defined(__x86_64__)
+#define REG(T, fn) do { kt->gemm[LLMRT_TYPE_##T] = fn; kt->gemm_name[LLMRT_TYPE_##T] = #fn; } while (0)
+    REG(Q4_0, gemm_q4_0_q8_0_avx2);
+    REG(Q4_1, gemm_q4_1_q8_1_avx2);
+    REG(Q5_0, gemm_q5_0_q8_0_avx2);
+    REG(Q5_1, gemm_q5_1_q8_1_avx2);
+    REG(Q8_0, gemm_q8_0_q8_0_avx2);
+#undef REG
+#else
+    (void)kt;
+#endif
+}

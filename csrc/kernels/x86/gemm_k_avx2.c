@@ -1,0 +1,437 @@
+/*
+ * gemm_k_avx2.c — GEMV/GEMM kernels over packed K-quant rows (Q2_K..Q6_K) for the AVX2 level
+ * (AVX2 + FMA + F16C). Layouts: ../pack_k.h; contract: llmrt/gemm.h.
+ *
+ * Each kernel gives, for every (row r, activation row t), the exact bits of the matching
+ * dot_avx2.c vec_dot: the integer sums inside a super-block are exact (any order gives the same
+ * integers), and the float work is the same operations in the same order on the same values:
+ *   - Q4_K: ggml's repacked-q4_K order; per super-block the whole-block integers isum and imin,
+ *     then acc = fma(isum, d·dy, acc), accm = fma(imin, dmin·dy, accm), result acc - accm. Here
+ *     the 8 rows of a group sit in the 8 f32 lanes, so one vector fma does all 8 rows.
+ *   - Q2_K, Q3_K, Q5_K, Q6_K: 8 i32 lanes per super-block (lane k: elements 4k..4k+3 of every
+ *     32-element group, times the group's scales), acc = fma(d·dy, lanes, acc) in 8 f32 lanes per
+ *     (row, token), hsum at the end (ggml's order); Q2_K/Q5_K also summ = fma(dmin·dy, imin, summ)
+ *     in scalar f32, as ggml's -march=native build contracts it, and the result is hsum - summ.
+ *
+ * Speed: a row's quants are unpacked into registers once per super-block and reused for TT
+ * activation rows; scales and mins come pre-expanded from the packed layout (no 6-bit unpacking).
+ */
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+#endif
+#include "llmrt/llmrt.h"
+#include "llmrt/gemm.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../pack_k.h"
+
+#if defined(__x86_64__)
+#include "simd_avx2.h"   /* f16, loadu256/128, hsum_ps, shr_bytes */
+#include "gemm_k_simd.h" /* scales16_to_2x8, scales8_to_16, imin8_k4 */
+
+#define TT 4 /* activation rows per tile: each unpacked weight vector is used TT times */
+
+/* activation row j */
+#define XROW(x, j, x_stride) ((const void *)((const uint8_t *)(x) + (size_t)(j) * (x_stride)))
+
+/* 8 i32 vectors -> one, lane r = Σ of the 8 lanes of v[r] (exact; integer adds) */
+static inline __m256i hsum8_i32(const __m256i *v) {
+    const __m256i a01 = _mm256_hadd_epi32(v[0], v[1]);
+    const __m256i a23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i a45 = _mm256_hadd_epi32(v[4], v[5]);
+    const __m256i a67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i b0 = _mm256_hadd_epi32(a01, a23); /* per 128-bit half: partial sums of v0..v3 */
+    const __m256i b1 = _mm256_hadd_epi32(a45, a67); /* v4..v7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20), _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+/* Σ_s madd(maddubs(q[s], y[32s..]), sc[s]) over the 8 32-element groups of a super-block */
+static inline __m256i isum8(const __m256i *q, const __m256i *sc, const int8_t *q8) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int s = 0; s < 8; s++) {
+        const __m256i p = _mm256_maddubs_epi16(q[s], loadu256(q8 + 32 * s));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[s]));
+    }
+    return isum;
+}
+
+/* ---- Q4_K: rows in lanes ------------------------------------------------------------------------ */
+
+static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride) {
+    const int64_t nb = K / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int t0 = 0; t0 < n_x; t0 += TT) {
+        const int nt = n_x - t0 < TT ? n_x - t0 : TT;
+        __m256 acc[TT], accm[TT]; /* lane r: row r */
+        for (int t = 0; t < TT; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            const uint8_t *bg = (const uint8_t *)group + i * Q4K_BG;
+            const block_q8_K *yb[TT];
+            for (int t = 0; t < nt; t++) yb[t] = (const block_q8_K *)XROW(x, t0 + t, x_stride) + i;
+            __m256i isums[TT][PK_R]; /* (token, row): 8 lanes summing to the row's Σ sc·q·y */
+            for (int r = 0; r < PK_R; r++) {
+                if (r >= n_rows) {
+                    for (int t = 0; t < nt; t++) isums[t][r] = _mm256_setzero_si256();
+                    continue;
+                }
+                const uint8_t *qs = bg + Q4K_QS + 128 * r;
+                const uint8_t *sc = bg + Q4K_SC + 8 * r;
+                __m256i q[8], scv[8];
+                for (int j = 0; j < 4; j++) {
+                    const __m256i q4 = loadu256(qs + 32 * j);
+                    q[2 * j] = _mm256_and_si256(q4, m4);
+                    q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+                }
+                scales8_to_16(sc, scv);
+                for (int t = 0; t < nt; t++) isums[t][r] = isum8(q, scv, yb[t]->qs);
+            }
+            const __m256 d8 = _mm256_cvtph_ps(loadu128(bg + Q4K_D));
+            const __m256 dmin8 = _mm256_cvtph_ps(loadu128(bg + Q4K_DMIN));
+            for (int t = 0; t < nt; t++) {
+                const __m256i isum = hsum8_i32(isums[t]);
+                const __m256i imin = imin8_k4(bg + Q4K_M, yb[t]->bsums);
+                const __m256 dy = _mm256_set1_ps(yb[t]->d);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d8, dy), acc[t]);
+                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin8, dy), accm[t]);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            float out[PK_R];
+            _mm256_storeu_ps(out, _mm256_sub_ps(acc[t], accm[t]));
+            memcpy(y + (int64_t)(t0 + t) * y_stride, out, (size_t)n_rows * sizeof(float));
+        }
+    }
+}
+
+/* ---- Q2_K, Q3_K, Q5_K, Q6_K: 8 lanes per (row, token) ------------------------------------------- */
+
+enum { KQ2, KQ3, KQ5, KQ6 };
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Unpacks row r of block group bg: q[s] (s = 0..7) the 32 quants of group s as bytes (Q3_K: 0..7
+ * with value q - 4; Q6_K: 0..63 with value q - 32), sc[s] the i16 scales of its two halves. */
+static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i *q, __m256i *sc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    switch (kind) {
+    case KQ2: {
+        scales16_to_2x8(_mm_and_si128(loadu128(bg + Q2K_SC + 16 * r), _mm_set1_epi8(0x0f)), 0, sc);
+        for (int k = 0; k < 2; k++) {
+            const __m256i q2 = loadu256(bg + Q2K_QS + 64 * r + 32 * k);
+            for (int j = 0; j < 4; j++) q[4 * k + j] = shr_bytes(q2, 2 * j, 0x03);
+        }
+        break;
+    }
+    case KQ3: {
+        scales16_to_2x8(loadu128(bg + Q3K_SC + 16 * r), 1, sc);
+        const __m256i hm = loadu256(bg + Q3K_HM + 32 * r);
+        for (int k = 0; k < 2; k++) {
+            const __m256i q3 = loadu256(bg + Q3K_QS + 64 * r + 32 * k);
+            for (int j = 0; j < 4; j++) {
+                const int g = 4 * k + j;
+                q[g] = _mm256_or_si256(shr_bytes(q3, 2 * j, 0x03), _mm256_slli_epi16(shr_bytes(hm, g, 0x01), 2));
+            }
+        }
+        break;
+    }
+    case KQ5: {
+        scales8_to_16(bg + Q5K_SC + 8 * r, sc);
+        const __m256i h = loadu256(bg + Q5K_QH + 32 * r);
+        for (int j = 0; j < 4; j++) {
+            const __m256i q4 = loadu256(bg + Q5K_QS + 128 * r + 32 * j);
+            const __m256i lo = _mm256_and_si256(q4, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            q[2 * j] = _mm256_or_si256(lo, _mm256_slli_epi16(shr_bytes(h, 2 * j, 0x01), 4));
+            q[2 * j + 1] = _mm256_or_si256(hi, _mm256_slli_epi16(shr_bytes(h, 2 * j + 1, 0x01), 4));
+        }
+        break;
+    }
+    default: { /* KQ6 */
+        scales16_to_2x8(loadu128(bg + Q6K_SC + 16 * r), 1, sc);
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = loadu256(bg + Q6K_QL + 128 * r + 64 * h);      /* groups 0 (low), 2 (high) */
+            const __m256i ql1 = loadu256(bg + Q6K_QL + 128 * r + 64 * h + 32); /* groups 1 (low), 3 (high) */
+            const __m256i qh = loadu256(bg + Q6K_QH + 64 * r + 32 * h);
+            for (int g = 0; g < 4; g++) {
+                const __m256i ql = (g % 2) ? ql1 : ql0;
+                const __m256i nib = (g < 2) ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+                q[4 * h + g] = _mm256_or_si256(nib, _mm256_slli_epi16(shr_bytes(qh, 2 * g, 0x03), 4));
+            }
+        }
+        break;
+    }
+    }
+}
+
+static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int n_rows, const void *x,
+                                     size_t x_stride, int n_x, float *y, int64_t y_stride) {
+    const int64_t nb = K / QK_K;
+    const int bg_bytes = kind == KQ2 ? Q2K_BG : kind == KQ3 ? Q3K_BG : kind == KQ5 ? Q5K_BG : Q6K_BG;
+    const int o_d = kind == KQ2 ? Q2K_D : kind == KQ3 ? Q3K_D : kind == KQ5 ? Q5K_D : Q6K_D;
+    const __m256i four = _mm256_set1_epi8(4);
+    for (int t0 = 0; t0 < n_x; t0 += TT) {
+        const int nt = n_x - t0 < TT ? n_x - t0 : TT;
+        __m256 acc[TT][PK_R]; /* (token, row): 8 f32 lanes */
+        float summ[TT][PK_R]; /* Q2_K: Σ dmin·dy·imin */
+        __m256 summ8[TT];     /* Q5_K: the same, lane r: row r */
+        for (int t = 0; t < TT; t++) {
+            summ8[t] = _mm256_setzero_ps();
+            for (int r = 0; r < PK_R; r++) { acc[t][r] = _mm256_setzero_ps(); summ[t][r] = 0.0f; }
+        }
+        for (int64_t i = 0; i < nb; i++) {
+            const uint8_t *bg = (const uint8_t *)group + i * bg_bytes;
+            const block_q8_K *yb[TT];
+            for (int t = 0; t < nt; t++) yb[t] = (const block_q8_K *)XROW(x, t0 + t, x_stride) + i;
+            __m256i p4[TT][8]; /* Q3_K: maddubs(4, y) of each group, subtracted for the offset */
+            if (kind == KQ3) {
+                for (int t = 0; t < nt; t++) {
+                    for (int s = 0; s < 8; s++) p4[t][s] = _mm256_maddubs_epi16(four, loadu256(yb[t]->qs + 32 * s));
+                }
+            }
+            for (int r = 0; r < n_rows; r++) {
+                __m256i q[8], sc[8];
+                unpack_row(kind, bg, r, q, sc);
+                const float d = f16(((const llmrt_fp16_t *)(bg + o_d))[r]);
+                __m256i sc16 = _mm256_setzero_si256(), mins16 = sc16; /* Q6_K scales / Q2_K mins, i16 */
+                float dmin = 0.0f;
+                if (kind == KQ6) sc16 = _mm256_cvtepi8_epi16(loadu128(bg + Q6K_SC + 16 * r));
+                if (kind == KQ2) {
+                    const __m128i scb = loadu128(bg + Q2K_SC + 16 * r);
+                    mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), _mm_set1_epi8(0x0f)));
+                    dmin = f16(((const llmrt_fp16_t *)(bg + Q2K_DMIN))[r]);
+                }
+                for (int t = 0; t < nt; t++) {
+                    const int8_t *q8 = yb[t]->qs;
+                    __m256i isum;
+                    if (kind == KQ3) {
+                        isum = _mm256_setzero_si256();
+                        for (int s = 0; s < 8; s++) {
+                            const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[s], loadu256(q8 + 32 * s)), p4[t][s]);
+                            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[s]));
+                        }
+                    } else {
+                        isum = isum8(q, sc, q8);
+                    }
+                    if (kind == KQ6) {
+                        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_madd_epi16(loadu256(yb[t]->bsums), sc16), 5));
+                    }
+                    const float dy = yb[t]->d;
+                    /* dot_avx2.c: Q2_K dall = dy·d, Q3_K d·dy, Q5_K d·dy, Q6_K dy·d (commutative: same bits) */
+                    acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum), acc[t][r]);
+                    if (kind == KQ2) {
+                        const int summs = hsum_i32(_mm256_madd_epi16(loadu256(yb[t]->bsums), mins16));
+                        summ[t][r] = fmaf(dy * dmin, (float)summs, summ[t][r]);
+                    }
+                }
+            }
+            if (kind == KQ5) { /* the 8 rows in lanes: summ_r = fma(dmin_r·dy, imin_r, summ_r) */
+                const __m256 dmin8 = _mm256_cvtph_ps(loadu128(bg + Q5K_DMIN));
+                for (int t = 0; t < nt; t++) {
+                    const __m256i imin = imin8_k4(bg + Q5K_M, yb[t]->bsums);
+                    summ8[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin8, _mm256_set1_ps(yb[t]->d)), _mm256_cvtepi32_ps(imin),
+                                               summ8[t]);
+                }
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            float s5[PK_R];
+            _mm256_storeu_ps(s5, summ8[t]);
+            for (int r = 0; r < n_rows; r++) {
+                float s = hsum_ps(acc[t][r]);
+                if (kind == KQ2) s = s - summ[t][r];
+                if (kind == KQ5) s = s - s5[r];
+                y[(int64_t)(t0 + t) * y_stride + r] = s;
+            }
+        }
+    }
+}
+
+static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride) {
+    gemm_lanes(KQ2, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+static void gemm_q3_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride) {
+    gemm_lanes(KQ3, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+static void gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride) {
+    gemm_lanes(KQ5, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+static void gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride) {
+    gemm_lanes(KQ6, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+
+/* ---- F32 / F16 / BF16 ------------------------------------------------------------------------------ */
+
+/* dot_avx2.c's orders, per (row, activation row):
+ *   F32, BF16 (vec_dot_float): 4 chains of 8 lanes over steps of 32 (chain c: elements 8c..8c+7 of
+ *     each step), then steps of 8 into chain 0, hsum_ps((c0 + c1) + (c2 + c3)) in double, then the
+ *     scalar tail in double;
+ *   F16 (ggml_vec_dot_f16): the same 4 chains over steps of 32 only, reduced as (c0 + c2) + (c1 + c3),
+ *     halves, two hadds, then the scalar tail (n % 32 elements) in double.
+ * The chains are independent, so each is run in its own pass over a tile of FR rows x NT activation
+ * rows (FR·NT accumulators, FR + NT loads per FR·NT fmas); every chain keeps its own order. */
+enum { KIND_F32, KIND_F16, KIND_BF16 };
+#define FR 4 /* rows per float tile */
+
+static ALWAYS_INLINE __m256 load8_ps(const void *p, int64_t i, int kind) {
+    switch (kind) {
+    case KIND_F16: return _mm256_cvtph_ps(loadu128((const llmrt_fp16_t *)p + i));
+    case KIND_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128((const llmrt_bf16_t *)p + i)), 16));
+    default: return _mm256_loadu_ps((const float *)p + i);
+    }
+}
+
+static ALWAYS_INLINE float load1_ps(const void *p, int64_t i, int kind) {
+    switch (kind) {
+    case KIND_F16: return f16(((const llmrt_fp16_t *)p)[i]);
+    case KIND_BF16: return llmrt_bf16_to_fp32(((const llmrt_bf16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* out[r][t] = dot(row r of w (FR rows, K elements apart), activation a[t]) for t < NT */
+static ALWAYS_INLINE void tile_float(int kind, int NT, int64_t n, const uint8_t *w, size_t row_bytes,
+                                     const void *const *a, float out[FR][3]) {
+    __m256 acc[FR][3][4];
+    const int64_t n32 = n - n % 32;
+    for (int c = 0; c < 4; c++) {
+        __m256 s[FR][3];
+        for (int r = 0; r < FR; r++) for (int t = 0; t < NT; t++) s[r][t] = _mm256_setzero_ps();
+        for (int64_t i = 8 * c; i < n32; i += 32) {
+            __m256 av[3];
+            for (int t = 0; t < NT; t++) av[t] = load8_ps(a[t], i, kind);
+            for (int r = 0; r < FR; r++) {
+                const __m256 wv = load8_ps(w + r * row_bytes, i, kind);
+                for (int t = 0; t < NT; t++) s[r][t] = _mm256_fmadd_ps(wv, av[t], s[r][t]);
+            }
+        }
+        for (int r = 0; r < FR; r++) for (int t = 0; t < NT; t++) acc[r][t][c] = s[r][t];
+    }
+    int64_t i0 = n32;
+    if (kind != KIND_F16) { /* steps of 8 into chain 0 */
+        for (; i0 + 8 <= n; i0 += 8) {
+            for (int r = 0; r < FR; r++) {
+                const __m256 wv = load8_ps(w + r * row_bytes, i0, kind);
+                for (int t = 0; t < NT; t++) acc[r][t][0] = _mm256_fmadd_ps(wv, load8_ps(a[t], i0, kind), acc[r][t][0]);
+            }
+        }
+    }
+    for (int r = 0; r < FR; r++) {
+        for (int t = 0; t < NT; t++) {
+            __m256 *ac = acc[r][t];
+            double sum;
+            if (kind == KIND_F16) {
+                const __m256 s0 = _mm256_add_ps(_mm256_add_ps(ac[0], ac[2]), _mm256_add_ps(ac[1], ac[3]));
+                const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+                const __m128 t1 = _mm_hadd_ps(t0, t0);
+                sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+            } else {
+                sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(ac[0], ac[1]), _mm256_add_ps(ac[2], ac[3])));
+            }
+            const uint8_t *wr = w + r * row_bytes;
+            for (int64_t i = i0; i < n; i++) sum += (double)(load1_ps(wr, i, kind) * load1_ps(a[t], i, kind));
+            out[r][t] = (float)sum;
+        }
+    }
+}
+
+/* one activation row (decode): the 4 chains in one pass, 2 rows at a time (8 accumulators), so the
+ * weights stream through once; then the same steps, reduction and tail as tile_float */
+static ALWAYS_INLINE void tile_float1(int kind, int64_t n, const uint8_t *w, size_t row_bytes, const void *a,
+                                      float out[FR][3]) {
+    for (int r0 = 0; r0 < FR; r0 += 2) {
+        __m256 acc[2][4];
+        for (int r = 0; r < 2; r++) for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
+        const uint8_t *w0 = w + r0 * row_bytes, *w1 = w0 + row_bytes;
+        int64_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+            for (int c = 0; c < 4; c++) {
+                const __m256 av = load8_ps(a, i + 8 * c, kind);
+                acc[0][c] = _mm256_fmadd_ps(load8_ps(w0, i + 8 * c, kind), av, acc[0][c]);
+                acc[1][c] = _mm256_fmadd_ps(load8_ps(w1, i + 8 * c, kind), av, acc[1][c]);
+            }
+        }
+        if (kind != KIND_F16) { /* steps of 8 into chain 0 */
+            for (; i + 8 <= n; i += 8) {
+                const __m256 av = load8_ps(a, i, kind);
+                acc[0][0] = _mm256_fmadd_ps(load8_ps(w0, i, kind), av, acc[0][0]);
+                acc[1][0] = _mm256_fmadd_ps(load8_ps(w1, i, kind), av, acc[1][0]);
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            const __m256 *ac = acc[r];
+            double sum;
+            if (kind == KIND_F16) {
+                const __m256 s0 = _mm256_add_ps(_mm256_add_ps(ac[0], ac[2]), _mm256_add_ps(ac[1], ac[3]));
+                const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+                const __m128 t1 = _mm_hadd_ps(t0, t0);
+                sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+            } else {
+                sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(ac[0], ac[1]), _mm256_add_ps(ac[2], ac[3])));
+            }
+            const uint8_t *wr = w0 + r * row_bytes;
+            for (int64_t k = i; k < n; k++) sum += (double)(load1_ps(wr, k, kind) * load1_ps(a, k, kind));
+            out[r0 + r][0] = (float)sum;
+        }
+    }
+}
+
+static ALWAYS_INLINE void gemm_float(int kind, int64_t K, const void *group, int n_rows, const void *x,
+                                     size_t x_stride, int n_x, float *y, int64_t y_stride) {
+    const size_t row_bytes = (size_t)K * (kind == KIND_F32 ? 4 : 2);
+    for (int r0 = 0; r0 < n_rows; r0 += FR) { /* rows past n_rows are the group's zero padding */
+        const uint8_t *w = (const uint8_t *)group + r0 * row_bytes;
+        for (int t0 = 0; t0 < n_x; t0 += 3) {
+            const int nt = n_x - t0 < 3 ? n_x - t0 : 3;
+            const void *a[3];
+            for (int t = 0; t < nt; t++) a[t] = XROW(x, t0 + t, x_stride);
+            float out[FR][3];
+            if (nt == 3) tile_float(kind, 3, K, w, row_bytes, a, out);
+            else if (nt == 2) tile_float(kind, 2, K, w, row_bytes, a, out);
+            else tile_float1(kind, K, w, row_bytes, a[0], out);
+            for (int r = 0; r < FR && r0 + r < n_rows; r++) {
+                for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * y_stride + r0 + r] = out[r][t];
+            }
+        }
+    }
+}
+
+static void gemm_f32_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                          float *y, int64_t y_stride) {
+    gemm_float(KIND_F32, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+static void gemm_f16_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                          float *y, int64_t y_stride) {
+    gemm_float(KIND_F16, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+static void gemm_bf16_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride) {
+    gemm_float(KIND_BF16, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+
+#endif /* __x86_64__ */
+
+void llmrt_register_gemm_k_kernels_avx2(llmrt_kernel_table *kt) {
+#if defined(__x86_64__)
+#define REG(T, fn) do { kt->gemm[LLMRT_TYPE_##T] = fn; kt->gemm_name[LLMRT_TYPE_##T] = #fn; } while (0)
+    REG(Q2_K, gemm_q2_K_avx2);
+    REG(Q3_K, gemm_q3_K_avx2);
+    REG(Q4_K, gemm_q4_K_avx2);
+    REG(Q5_K, gemm_q5_K_avx2);
+    REG(Q6_K, gemm_q6_K_avx2);
+    REG(F32, gemm_f32_avx2);
+    REG(F16, gemm_f16_avx2);
+    REG(BF16, gemm_bf16_avx2);
+#undef REG
+#else
+    (void)kt;
+#endif
+}

@@ -1,0 +1,58 @@
+/*
+ * gemm_k_simd.h — AVX2 helpers shared by the packed K-quant kernels (gemm_k_avx2.c, gemm_k_avx512.c):
+ * scale vectors from the packed scale bytes and the Q4_K/Q5_K mins part for 8 rows at once.
+ * Integer-only (exact). `static inline`, no target of its own: include it AFTER the file's
+ * `#pragma GCC target(...)` and simd_avx2.h, inside its `#if defined(__x86_64__)` block.
+ */
+#ifndef LLMRT_KERNELS_X86_GEMM_K_SIMD_H
+#define LLMRT_KERNELS_X86_GEMM_K_SIMD_H
+
+#include <string.h>
+
+#include "simd_avx2.h"
+
+/* the 8 i16 scale vectors of a super-block from its 16 scales (int8, or uint8 masked to 0..15):
+ * sc[g] = 8 x s[2g] | 8 x s[2g+1] (lanes 0..7 scale the first 16 elements of group g) */
+static inline void scales16_to_2x8(__m128i s8, int is_signed, __m256i *sc) {
+    const __m256i s16 = is_signed ? _mm256_cvtepi8_epi16(s8) : _mm256_cvtepu8_epi16(s8); /* s0..s7 | s8..s15 */
+    const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00); /* s0..s7 in both halves */
+    const __m256i hi = _mm256_permute2x128_si256(s16, s16, 0x11); /* s8..s15 in both halves */
+    for (int g = 0; g < 8; g++) {
+        /* low half: word 2g % 8 of the pair's source, high half: word (2g + 1) % 8 */
+        const int w0 = (2 * g) % 8, w1 = (2 * g + 1) % 8;
+        const __m256i idx = _mm256_setr_epi8(2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0,
+                                             2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1,
+                                             2 * w0, 2 * w0 + 1, 2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1,
+                                             2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1,
+                                             2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1);
+        sc[g] = _mm256_shuffle_epi8(g < 4 ? lo : hi, idx);
+    }
+}
+
+/* the 8 i16 scale vectors of a Q4_K / Q5_K row-block from its 8 uint8 scales: sc[s] = 16 x s[s] */
+static inline void scales8_to_16(const uint8_t *s8, __m256i *sc) {
+    uint64_t b;
+    memcpy(&b, s8, 8);
+    const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)b)));
+    for (int s = 0; s < 8; s++) {
+        sc[s] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(2 * s | (2 * s + 1) << 8)));
+    }
+}
+
+/* Q4_K / Q5_K mins part for the 8 rows of a block group, lane r = Σ_l bsums[l] · m_r[l/2] (exact),
+ * from the m field (pack_k.h) and one Q8_K block's bsums */
+static inline __m256i imin8_k4(const uint8_t *mfield, const int16_t *bsums) {
+    /* pb[s] = bsums[2s] + bsums[2s+1]; i16 pairs (pb[2k], pb[2k+1]) sit at i32 element k (k < 2) and
+     * k + 2 (k >= 2) of packs(pb, pb); |pb| <= 2·16·127: no saturation */
+    const __m256i pb = _mm256_madd_epi16(loadu256(bsums), _mm256_set1_epi16(1));
+    const __m256i pb16 = _mm256_packs_epi32(pb, pb);
+    __m256i imin = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+        const __m256i mk = _mm256_cvtepu8_epi16(loadu128(mfield + 16 * k)); /* lane r: (m_r[2k], m_r[2k+1]) */
+        const __m256i bk = _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(k < 2 ? k : k + 2));
+        imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk, bk));
+    }
+    return imin;
+}
+
+#endif /* LLMRT_KERNELS_X86_GEMM_K_SIMD_H */

@@ -1,0 +1,144 @@
+"""Packed weights (csrc/include/llmrt/gemm.h): load-time repacking and the gemm kernels over it.
+
+For every type with a packed path and every ISA level this CPU can run:
+  - gemm over a packed group == vec_dot on the plain rows, BIT-EXACT, for every (row, token), on odd
+    shapes: M = 1, R - 1, R + 1, 37 rows; K = one block, several blocks, a K that fits no tile;
+    n_x = 1 (decode), 2, 3, 5, 17, 64 activation rows;
+  - pack is lossless: unpacking a group gives back the original GGUF bytes, and the zero rows that
+    pad the last group give 0.
+Weights are random bytes with sane f16 scales (every nibble / bit pattern, Q8_0 -128 included);
+activations random Q8_0 / Q8_1 blocks with quants in [-127, 127] (what ggml's quantizers produce).
+
+Run: python -m pytest -q tests/test_gemm.py
+"""
+import numpy as np
+import pytest
+
+import gguf
+from gguf import GGMLQuantizationType as T
+
+import llmrt._core as core
+
+PACKED_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
+VEC_DOT_TYPE = {T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.Q8_0: T.Q8_0, T.Q4_1: T.Q8_1, T.Q5_1: T.Q8_1}
+# byte offsets of the f16 fields (d, and m for the _1 types) in a GGUF block
+F16_FIELDS = {T.Q4_0: (0,), T.Q5_0: (0,), T.Q8_0: (0,), T.Q4_1: (0, 2), T.Q5_1: (0, 2)}
+KS = (32, 96, 416)            # one block, three, thirteen (no tile of 2 / 4 / 8 blocks divides it)
+N_XS = (1, 2, 3, 5, 17, 64)
+
+
+def nbytes(t, n):
+    be, bb = gguf.GGML_QUANT_SIZES[t]
+    return n // be * bb
+
+
+def random_rows(t, K, M, rng):
+    """M rows of random blocks of type t, f16 fields set to scales of random sign and magnitude."""
+    be, bb = gguf.GGML_QUANT_SIZES[t]
+    b = rng.integers(0, 256, size=(M * K // be, bb), dtype=np.uint8)
+    for off in F16_FIELDS[t]:
+        d = rng.uniform(1e-3, 1e-1, size=b.shape[0]) * rng.choice([-1, 1], size=b.shape[0])
+        b[:, off:off + 2] = d.astype(np.float16).reshape(-1, 1).view(np.uint8)
+    return b.reshape(M, -1)
+
+
+def random_act(at, K, n, rng):
+    """n activation rows of type at (Q8_0 / Q8_1): quants in [-127, 127], scales of varied size."""
+    nb = n * K // 32
+    qs = rng.integers(-127, 128, size=(nb, 32)).astype(np.int8)
+    d = np.exp(rng.normal(-4, 1.5, size=nb)).astype(np.float16)
+    head = [d.reshape(-1, 1).view(np.uint8)]
+    if at == T.Q8_1:
+        s = (qs.astype(np.float32).sum(axis=1) * d.astype(np.float32)).astype(np.float16)
+        head.append(s.reshape(-1, 1).view(np.uint8))
+    return np.concatenate(head + [qs.view(np.uint8)], axis=1).reshape(n, -1)
+
+
+def gemm_all(pw, x):
+    """y [n_x, M] from every group of pw, as MUL_MAT's driver assembles it."""
+    return np.concatenate([pw.gemm(g, x) for g in range(pw.n_groups)], axis=1)
+
+
+@pytest.mark.parametrize("K", KS)
+@pytest.mark.parametrize("t", PACKED_TYPES, ids=lambda t: t.name)
+def test_gemm_matches_vec_dot(isa_level, t, K, rng):
+    if core.kernel_names()["gemm"].get(t.name) is None:
+        pytest.skip(f"{t.name} has no gemm at {isa_level} (its vec_dot runs on the plain rows)")
+    R = core.pack_rows(int(t))
+    Mmax, nmax = 37, max(N_XS)
+    w = random_rows(t, K, Mmax, rng)
+    x = random_act(VEC_DOT_TYPE[t], K, nmax, rng)
+    ref = np.array([[core.vec_dot(int(t), w[m], x[j], K) for m in range(Mmax)] for j in range(nmax)],
+                   dtype=np.float32)
+    for M in sorted({1, R - 1, R + 1, Mmax} - {0}):
+        pw = core.pack_weight(w[:M], int(t), K, M)
+        assert (pw.R, pw.n_groups, pw.group_bytes % 64) == (R, -(-M // R), 0)
+        for n_x in N_XS:
+            y = gemm_all(pw, x[:n_x])
+            np.testing.assert_array_equal(y.view(np.uint32), ref[:n_x, :M].view(np.uint32),
+                                          err_msg=f"{t.name} K={K} M={M} n_x={n_x} {isa_level}")
+
+
+@pytest.mark.parametrize("t", PACKED_TYPES, ids=lambda t: t.name)
+def test_gemm_partial_rows(isa_level, t, rng):
+    """n_rows < R writes only the first n_rows outputs of each token; padded rows give 0."""
+    if core.kernel_names()["gemm"].get(t.name) is None:
+        pytest.skip(f"{t.name} has no gemm at {isa_level}")
+    R, K = core.pack_rows(int(t)), 64
+    w = random_rows(t, K, R + 1, rng)
+    x = random_act(VEC_DOT_TYPE[t], K, 3, rng)
+    pw = core.pack_weight(w, int(t), K, R + 1)
+    full = pw.gemm(0, x)
+    for n_rows in range(1, R + 1):
+        np.testing.assert_array_equal(pw.gemm(0, x, n_rows).view(np.uint32), full[:, :n_rows].view(np.uint32))
+    last = pw.gemm(1, x, R)                         # row R of w, then R - 1 zero rows
+    assert np.all(last[:, 1:] == 0)
+    ref = [core.vec_dot(int(t), w[R], x[j], K) for j in range(3)]
+    np.testing.assert_array_equal(last[:, 0], np.array(ref, dtype=np.float32))
+
+
+@pytest.mark.parametrize("K", KS)
+@pytest.mark.parametrize("t", PACKED_TYPES, ids=lambda t: t.name)
+def test_pack_round_trip(t, K, rng):
+    """Packing is lossless: every group unpacks to the original GGUF bytes (and so dequantizes to
+    the original values), at any M."""
+    R = core.pack_rows(int(t))
+    for M in (1, R - 1, R + 1, 37):
+        w = random_rows(t, K, M, rng)
+        pw = core.pack_weight(w, int(t), K, M)
+        back = np.concatenate([pw.unpack(g) for g in range(pw.n_groups)])
+        np.testing.assert_array_equal(back, w)
+        np.testing.assert_array_equal(gguf.quants.dequantize(back, t), gguf.quants.dequantize(w, t))
+
+
+def test_pack_layout_same_at_every_level():
+    """The layout is registered by the generic level only, so it is the same whatever the ISA."""
+    before = core.isa_current()
+    rng = np.random.default_rng(1)
+    try:
+        packs = {}
+        for level in core.ISA_NAMES:
+            got = core.set_isa(level)
+            for t in PACKED_TYPES:
+                w = random_rows(t, 96, 6, np.random.default_rng(int(t)))
+                pw = core.pack_weight(w, int(t), 96, 6)
+                packs.setdefault(t, []).append((got, core.pack_rows(int(t)), pw.group(0).tobytes()))
+        for t, seen in packs.items():
+            assert len({(r, b) for _, r, b in seen}) == 1, t.name
+    finally:
+        core.set_isa(before)
+    del rng
+
+
+def test_pack_errors():
+    with pytest.raises(ValueError, match="no packed layout"):
+        core.pack_weight(np.zeros(2 * 18, np.uint8), int(T.IQ4_NL), 64, 1)  # F32 has one (kq)
+    with pytest.raises(ValueError, match="multiple of the block size"):
+        core.pack_weight(np.zeros(34, np.uint8), int(T.Q8_0), 48, 1)
+    with pytest.raises(ValueError, match="bytes"):
+        core.pack_weight(np.zeros(33, np.uint8), int(T.Q8_0), 32, 1)
+    pw = core.pack_weight(np.zeros(34, np.uint8), int(T.Q8_0), 32, 1)
+    with pytest.raises(IndexError):
+        pw.gemm(1, np.zeros((1, 34), np.uint8))
+    with pytest.raises(ValueError, match="n_x"):
+        pw.gemm(0, np.zeros((1, 36), np.uint8))

@@ -1,0 +1,212 @@
+"""Packed GEMV/GEMM kernels for the K-quants (Q2_K..Q6_K) and the float types (F32, F16, BF16):
+csrc/kernels/pack_k.h (layouts), gemm_k_generic.c, x86/gemm_k_avx2.c, x86/gemm_k_avx512.c.
+
+Two checks:
+  (a) packing is lossless: the GGUF rows rebuilt here in numpy from the packed group bytes (the
+      inverse of the layout pack_k.h documents) equal the original rows byte for byte, padding rows
+      are zero, and their dequantized values equal the original's;
+  (b) for every ISA level this CPU has, gemm over the packed groups == vec_dot on the plain rows,
+      BIT-EXACT, for every (row, activation row), on odd shapes: M = 1, R-1, R+1, 37 rows,
+      K = 256, 512, 2560 (and, for the float types, K that is not a multiple of any vector width),
+      n_x = 1, 2, 3, 5, 17, 64 activation rows.
+
+Weights are random blocks (every bit pattern of quants and scales, f16 scales of sane size), so
+the packed scale/min expansion is exercised on all values; activations go through the activation
+quantizer mul_mat uses (quant_act_row: Q8_K for the K-quants, F16 / BF16 / F32 for the floats).
+
+Run: python -m pytest -q tests/test_gemm_kquants.py
+"""
+import numpy as np
+import pytest
+
+import gguf
+from gguf import GGMLQuantizationType as T
+
+import llmrt._core as core
+
+KQUANTS = (T.Q4_K, T.Q6_K, T.Q5_K, T.Q3_K, T.Q2_K)
+FLOATS = (T.F32, T.F16, T.BF16)
+VEC_DOT_TYPE = {T.Q2_K: T.Q8_K, T.Q3_K: T.Q8_K, T.Q4_K: T.Q8_K, T.Q5_K: T.Q8_K, T.Q6_K: T.Q8_K,
+                T.F32: T.F32, T.F16: T.F16, T.BF16: T.BF16}
+# Byte offsets of the f16 scale fields in each GGUF block (quant_blocks.h), set to sane values.
+F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+
+K_QUANT = (256, 512, 2560)
+K_FLOAT = (256, 512, 2560, 37, 1000, 2571)  # 37, 1000, 2571: tails past every vector width
+N_X = (1, 2, 3, 5, 17, 64)
+R = 8  # rows per packed group (pack_k.h: PK_R)
+M_SHAPES = (1, R - 1, R + 1, 37)
+
+
+def row_bytes(t, k):
+    be, bb = gguf.GGML_QUANT_SIZES[t]
+    return k // be * bb
+
+
+def random_rows(t, k, m, rng):
+    """m rows of k elements of type t, uint8 [m, row_bytes]."""
+    if t in FLOATS:
+        w = (rng.standard_normal((m, k)) * 0.05).astype(np.float32)
+        if t == T.F32:
+            return w.view(np.uint8)
+        if t == T.F16:
+            return w.astype(np.float16).view(np.uint8)
+        return gguf.quants.quantize(w, T.BF16).view(np.uint8)
+    be, bb = gguf.GGML_QUANT_SIZES[t]
+    nb = m * k // be
+    b = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
+    for off in F16_FIELDS[t]:
+        d = rng.uniform(1e-3, 1e-2, size=nb) * rng.choice([-1, 1], size=nb)
+        b[:, off:off + 2] = d.astype(np.float16).reshape(-1, 1).view(np.uint8)
+    return b.reshape(m, -1)
+
+
+def act_rows(t, k, n_x, rng):
+    """n_x activation rows in t's vec_dot type, as mul_mat quantizes them: uint8 [n_x, bytes]."""
+    at = VEC_DOT_TYPE[t]
+    a = np.empty((n_x, row_bytes(at, k)), dtype=np.uint8)
+    for j in range(n_x):
+        mag = np.repeat(np.exp(rng.normal(0, 1, size=(k + 31) // 32)), 32)[:k]
+        x = (rng.standard_normal(k) * mag).astype(np.float32)
+        core.quantize_act_raw(x, a[j], int(at))
+    return a
+
+
+# ---- the inverse of pack_k.h's layouts -------------------------------------------------------------
+
+def _f16s(bg, off):
+    return bg[:, off:off + 16].reshape(-1, R, 2)  # [nb, R, 2 bytes]
+
+
+def _k4_scales(sc, m):
+    """get_scale_min_k4 inverted: 8 six-bit scales and mins per row -> the 12 GGUF bytes."""
+    sc = sc.astype(np.uint16)
+    m = m.astype(np.uint16)
+    q = np.zeros(sc.shape[:-1] + (12,), dtype=np.uint16)
+    q[..., 0:4] = sc[..., 0:4] | ((sc[..., 4:8] >> 4) << 6)
+    q[..., 4:8] = m[..., 0:4] | ((m[..., 4:8] >> 4) << 6)
+    q[..., 8:12] = (sc[..., 4:8] & 0x0f) | ((m[..., 4:8] & 0x0f) << 4)
+    return q.astype(np.uint8)
+
+
+def _q3_scales(sc):
+    """unpack_scales_q3_k inverted: 16 scales (value - 32, int8) per row -> the 12 GGUF bytes."""
+    v = (sc.astype(np.int16) + 32).astype(np.uint16)
+    lo, hi = v & 0x0f, v >> 4
+    q = np.zeros(sc.shape[:-1] + (12,), dtype=np.uint16)
+    q[..., 0:8] = lo[..., 0:8] | (lo[..., 8:16] << 4)
+    for j in range(16):
+        q[..., 8 + j % 4] |= hi[..., j] << (2 * (j // 4))
+    return q.astype(np.uint8)
+
+
+def unpack_group(t, k, grp):
+    """uint8 [R, row_bytes]: the R rows of one packed group in the plain GGUF layout."""
+    if t in FLOATS:
+        es = 4 if t == T.F32 else 2
+        return grp[:R * k * es].reshape(R, k * es)
+    nb = k // 256
+    if t == T.Q4_K:
+        bg = grp[:nb * 1184].reshape(nb, 1184)
+        sc = bg[:, 32:96].reshape(nb, R, 8)
+        m = bg[:, 96:160].reshape(nb, 4, R, 2).transpose(0, 2, 1, 3).reshape(nb, R, 8)
+        parts = [_f16s(bg, 0), _f16s(bg, 16), _k4_scales(sc, m), bg[:, 160:].reshape(nb, R, 128)]
+    elif t == T.Q5_K:
+        bg = grp[:nb * 1440].reshape(nb, 1440)
+        sc = bg[:, 32:96].reshape(nb, R, 8)
+        m = bg[:, 96:160].reshape(nb, 4, R, 2).transpose(0, 2, 1, 3).reshape(nb, R, 8)
+        parts = [_f16s(bg, 0), _f16s(bg, 16), _k4_scales(sc, m), bg[:, 160:416].reshape(nb, R, 32),
+                 bg[:, 416:].reshape(nb, R, 128)]
+    elif t == T.Q6_K:
+        bg = grp[:nb * 1696].reshape(nb, 1696)
+        parts = [bg[:, 160:1184].reshape(nb, R, 128), bg[:, 1184:].reshape(nb, R, 64),
+                 bg[:, 32:160].reshape(nb, R, 16), _f16s(bg, 0)]
+    elif t == T.Q3_K:
+        bg = grp[:nb * 928].reshape(nb, 928)
+        sc = bg[:, 32:160].copy().reshape(nb, R, 16).view(np.int8)
+        parts = [bg[:, 160:416].reshape(nb, R, 32), bg[:, 416:].reshape(nb, R, 64), _q3_scales(sc),
+                 _f16s(bg, 0)]
+    else:  # Q2_K
+        bg = grp[:nb * 672].reshape(nb, 672)
+        parts = [bg[:, 32:160].reshape(nb, R, 16), bg[:, 160:].reshape(nb, R, 64), _f16s(bg, 0),
+                 _f16s(bg, 16)]
+    blocks = np.concatenate(parts, axis=2)  # [nb, R, block bytes]
+    return blocks.transpose(1, 0, 2).reshape(R, -1)
+
+
+def dequant(t, rows, k):
+    if t == T.F32:
+        return rows.view(np.float32).astype(np.float64)
+    if t == T.F16:
+        return rows.view(np.float16).astype(np.float64)
+    return gguf.quants.dequantize(rows, t).reshape(rows.shape[0], k).astype(np.float64)
+
+
+# ---- tests -----------------------------------------------------------------------------------------
+
+def cases(types, ks):
+    return [(t, k) for t in types for k in ks]
+
+
+@pytest.mark.parametrize("t,k", cases(KQUANTS, K_QUANT) + cases(FLOATS, K_FLOAT),
+                         ids=lambda v: v.name if isinstance(v, T) else str(v))
+def test_pack_lossless(t, k, rng):
+    assert core.pack_rows(int(t)) == R
+    for m in M_SHAPES:
+        w = random_rows(t, k, m, rng)
+        pw = core.pack_weight(w, int(t), k, m)
+        assert pw.n_groups == (m + R - 1) // R
+        assert pw.group_bytes % 64 == 0
+        back = np.concatenate([unpack_group(t, k, pw.group(g)) for g in range(pw.n_groups)])
+        np.testing.assert_array_equal(back[:m], w)           # byte for byte
+        assert not back[m:].any()                             # padding rows are zero
+        np.testing.assert_array_equal(dequant(t, back[:m], k), dequant(t, w, k))
+        # llmrt_unpack_group (C) agrees
+        np.testing.assert_array_equal(np.concatenate([pw.unpack(g) for g in range(pw.n_groups)]), w)
+
+
+def gemm_all(pw, a):
+    """float32 [n_x, M]: gemm over every group of pw."""
+    return np.concatenate([pw.gemm(g, a) for g in range(pw.n_groups)], axis=1)
+
+
+def vec_dot_all(t, w, a, k):
+    out = np.empty((a.shape[0], w.shape[0]), dtype=np.float32)
+    for j in range(a.shape[0]):
+        for r in range(w.shape[0]):
+            out[j, r] = core.vec_dot(int(t), w[r], a[j], k)
+    return out
+
+
+@pytest.mark.parametrize("n_x", N_X)
+@pytest.mark.parametrize("t,k", cases(KQUANTS, K_QUANT) + cases(FLOATS, K_FLOAT),
+                         ids=lambda v: v.name if isinstance(v, T) else str(v))
+def test_gemm_bit_exact(isa_level, t, k, n_x, rng):
+    names = core.kernel_names()
+    if t.name not in names["gemm"]:
+        # a level whose vec_dot has no matching gemm leaves it NULL (gemm.h); only allowed for
+        # BF16 with vdpbf16ps
+        assert t == T.BF16 and core.cpu_features()["avx512_bf16"], f"no gemm for {t.name} at {isa_level}"
+        pytest.skip("BF16 vec_dot uses vdpbf16ps here: no packed gemm at this level")
+    for m in M_SHAPES:
+        w = random_rows(t, k, m, rng)
+        a = act_rows(t, k, n_x, rng)
+        pw = core.pack_weight(w, int(t), k, m)
+        got = gemm_all(pw, a)
+        want = vec_dot_all(t, w, a, k)
+        assert np.isfinite(want).all() and np.abs(want).max() > 0  # a real comparison
+        bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+        assert bad.size == 0, (f"{names['gemm'][t.name]} vs {names['vec_dot'][t.name]}, M={m}: "
+                               f"{len(bad)} of {want.size} differ, first (j, r) = {tuple(bad[0])}: "
+                               f"{got[tuple(bad[0])]!r} vs {want[tuple(bad[0])]!r}")
+
+
+def test_gemm_kernel_names(isa_level):
+    """The packed path exists for every K-quant and float type, with this level's kernel."""
+    gemm = core.kernel_names()["gemm"]
+    for t in KQUANTS:
+        assert t.name in gemm
+        assert gemm[t.name].endswith("_generic" if isa_level == "generic" else "")
+    if isa_level == "avx2":
+        for t in KQUANTS + FLOATS:
+            assert gemm[t.name] == f"gemm_{t.name.lower().replace('_k', '_K')}_avx2"
