@@ -57,21 +57,31 @@ int64_t llmrt_attention_n_kv(int64_t cell) {
     return (used + KV_PAD - 1) / KV_PAD * KV_PAD;
 }
 
-/* Scratch layout (one thread): q16 [hd_k] f16 | w [n_kv] f32 | p16 [n_kv] f16 | col [n_kv]
- * (f16 or f32): q as f16, scores then probabilities, probabilities as f16, one V column. */
+/* Scratch layout (one thread): q16 [hd_k] f16 | w [n_kv] f32 | p16 [n_kv] f16 | acc: the larger of
+ * one V column [n_kv] (f16 or f32, the column-by-column path) and attn_pv's 32 * hd_v floats. */
 static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 
-static size_t wsize_for(int64_t hd_k, int64_t n_kv) {
-    return align64((size_t)hd_k * sizeof(float)) + align64((size_t)n_kv * sizeof(float)) * 3;
+static size_t wsize_for(int64_t hd_k, int64_t hd_v, int64_t n_kv) {
+    const size_t col = (size_t)n_kv * sizeof(float);
+    const size_t pv = (size_t)32 * (size_t)hd_v * sizeof(float);
+    return align64((size_t)hd_k * sizeof(float)) + align64((size_t)n_kv * sizeof(float)) * 2 +
+           align64(col > pv ? col : pv);
 }
 
+static int64_t hd_v_of(const llmrt_tensor *dst) { return dst->ne[0] / dst->src[0]->ne[1]; }
+
 size_t llmrt_attention_wsize(const llmrt_tensor *dst) {
-    return wsize_for(dst->src[0]->ne[0], KV_PAD); /* grown at run time for larger caches */
+    return wsize_for(dst->src[0]->ne[0], hd_v_of(dst), KV_PAD); /* grown at run time for larger caches */
 }
 
 size_t llmrt_attention_wsize_run(const llmrt_tensor *dst, int n_ctx) {
-    return wsize_for(dst->src[0]->ne[0], llmrt_attention_n_kv(n_ctx > 0 ? n_ctx - 1 : 0));
+    return wsize_for(dst->src[0]->ne[0], hd_v_of(dst), llmrt_attention_n_kv(n_ctx > 0 ? n_ctx - 1 : 0));
 }
+
+/* Cells are visited in ranges aligned to this many cells, from cell 0: the softmax and the P.V
+ * product then group the cells in the same vector blocks as over all n_kv cells (8 or 16 for
+ * vec_soft_max, 32 for vec_dot), and the blocks left out hold only masked cells (exact zeros). */
+#define KV_ALIGN 64
 
 /* One (token, head): llama.cpp's non-flash path (llama-graph build_attn_mha with
  * ggml_mul_mat + ggml_soft_max_ext + ggml_mul_mat over the f16 cache, V stored transposed):
@@ -102,20 +112,24 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
     const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
     const int32_t *cpos = cache->pos;
+    const int T = is_f16 ? LLMRT_TYPE_F16 : LLMRT_TYPE_F32;
+    /* row-by-row P.V (same operations as the column dots) when this level has it for `dot` */
+    const llmrt_attn_pv_fn pv = kt->attn_pv[T] != NULL && kt->attn_pv_dot[T] == dot && hd_v % 8 == 0
+                                    ? kt->attn_pv[T] : NULL;
+    const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
+    const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
 
     for (int64_t c = llmrt_claim(p); c < n * n_head; c = llmrt_claim(p)) {
         const int64_t i = c / n_head;
         const int64_t h = c % n_head;
         const int64_t kh = h / group;
-        const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
-        const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
         const int32_t p_i = p->ctx->positions[i];
 
         char *ws = (char *)p->wdata;
-        void *qc = ws;                                      /* [hd_k] f16 or f32 */
-        float *w = (float *)(ws + align64((size_t)hd_k * sizeof(float)));      /* [n_kv] */
-        void *pc = (char *)w + align64((size_t)n_kv * sizeof(float));         /* [n_kv] */
-        void *col = (char *)pc + align64((size_t)n_kv * sizeof(float));       /* [n_kv] */
+        void *qc = ws;                                                    /* [hd_k] f16 or f32 */
+        float *w = (float *)(ws + align64((size_t)hd_k * sizeof(float))); /* [n_kv] */
+        void *pc = (char *)w + align64((size_t)n_kv * sizeof(float));     /* [n_kv] */
+        void *acc = (char *)pc + align64((size_t)n_kv * sizeof(float));   /* see wsize_for */
 
         const float *qv = (const float *)((const char *)q->data + i * q->nb[2] + h * q->nb[1]);
         if (is_f16) {
@@ -127,37 +141,53 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
         const char *kbase = (const char *)cache->k[l] + (size_t)kh * (size_t)hd_k * esize;
         const char *vbase = (const char *)cache->v[l] + (size_t)kh * (size_t)hd_v * esize;
 
-        /* scores, masked to -inf (causal by stored position, sliding window, unused cells) */
+        /* scores of the written cells, masked to -inf (causal by stored position, sliding
+         * window); lo..hi = the first and last unmasked cell */
         float max = -INFINITY;
-        for (int64_t cell = 0; cell < n_kv; cell++) {
+        int64_t lo = n_valid, hi = -1;
+        for (int64_t cell = 0; cell < n_valid; cell++) {
             float s = -INFINITY;
-            if (cell < n_valid) {
-                const int32_t pc_ = cpos[cell];
-                const int ok = pc_ <= p_i && !(n_swa > 0 && (int64_t)p_i - (int64_t)pc_ >= n_swa);
-                if (ok) {
-                    dot((int)hd_k, &s, kbase + (size_t)cell * kcell, qc);
-                    s *= scale;
-                    if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
-                }
+            const int32_t pc_ = cpos[cell];
+            const int ok = pc_ <= p_i && !(n_swa > 0 && (int64_t)p_i - (int64_t)pc_ >= n_swa);
+            if (ok) {
+                dot((int)hd_k, &s, kbase + (size_t)cell * kcell, qc);
+                s *= scale;
+                if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
+                if (cell < lo) lo = cell;
+                hi = cell;
             }
             w[cell] = s;
             max = s > max ? s : max; /* ggml_vec_max_f32 */
         }
+        /* the cells [a, b) the softmax and P.V visit: all n_kv (ggml's range) on the
+         * column-by-column path; else the aligned blocks holding unmasked cells, which gives the
+         * same sums (the blocks left out add exact zeros) */
+        int64_t a = 0, b = n_kv;
+        if (pv != NULL && hi >= 0) {
+            a = lo / KV_ALIGN * KV_ALIGN;
+            b = (hi + KV_ALIGN) / KV_ALIGN * KV_ALIGN;
+            if (b > n_kv) b = n_kv;
+        }
+        for (int64_t cell = n_valid; cell < b; cell++) w[cell] = -INFINITY; /* unused cells */
         /* softmax; then the probabilities in the V product's type */
-        const double sum = kt->vec_soft_max((int)n_kv, w, w, max);
+        const double sum = kt->vec_soft_max((int)(b - a), w + a, w + a, max);
         const float inv = (float)(1.0 / sum);
         if (is_f16) {
             llmrt_fp16_t *ph = (llmrt_fp16_t *)pc;
-            for (int64_t cell = 0; cell < n_kv; cell++) ph[cell] = llmrt_fp32_to_fp16(w[cell] * inv);
+            for (int64_t cell = a; cell < b; cell++) ph[cell] = llmrt_fp32_to_fp16(w[cell] * inv);
         } else {
             float *pf = (float *)pc;
-            for (int64_t cell = 0; cell < n_kv; cell++) pf[cell] = w[cell] * inv;
+            for (int64_t cell = a; cell < b; cell++) pf[cell] = w[cell] * inv;
         }
         /* out[d] = V[:, d] . p over the n_kv cells; masked cells read as 0 */
         float *y = (float *)((char *)dst->data + i * dst->nb[1]) + h * hd_v;
+        if (pv != NULL) {
+            pv((int)hd_v, y, vbase, (int64_t)(vcell / esize), pc, (int)a, (int)b, acc);
+            continue;
+        }
         for (int64_t d = 0; d < hd_v; d++) {
             if (is_f16) {
-                llmrt_fp16_t *vc = (llmrt_fp16_t *)col;
+                llmrt_fp16_t *vc = (llmrt_fp16_t *)acc;
                 for (int64_t cell = 0; cell < n_kv; cell++) {
                     llmrt_fp16_t v = 0;
                     if (w[cell] != 0.0f) {
@@ -166,7 +196,7 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
                     vc[cell] = v;
                 }
             } else {
-                float *vc = (float *)col;
+                float *vc = (float *)acc;
                 for (int64_t cell = 0; cell < n_kv; cell++) {
                     float v = 0.0f;
                     if (w[cell] != 0.0f) {
@@ -175,7 +205,7 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
                     vc[cell] = v;
                 }
             }
-            dot((int)n_kv, &y[d], col, pc);
+            dot((int)n_kv, &y[d], acc, pc);
         }
     }
 }
