@@ -83,6 +83,12 @@ size_t llmrt_attention_wsize_run(const llmrt_tensor *dst, int n_ctx) {
  * vec_soft_max, 32 for vec_dot), and the blocks left out hold only masked cells (exact zeros). */
 #define KV_ALIGN 64
 
+/* Whether a cell holding position pc is visible from a token at position p: causal, and within the
+ * sliding window when n_swa > 0. */
+static inline int visible(int32_t pc, int32_t p, int n_swa) {
+    return pc <= p && !(n_swa > 0 && (int64_t)p - (int64_t)pc >= n_swa);
+}
+
 /* One (token, head): llama.cpp's non-flash path (llama-graph build_attn_mha with
  * ggml_mul_mat + ggml_soft_max_ext + ggml_mul_mat over the f16 cache, V stored transposed):
  *   s_c = vec_dot_f16(K[c], f16(q))  (ggml converts q to K's type for the product)
@@ -112,13 +118,16 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
     const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
     const int32_t *cpos = cache->pos;
+    const llmrt_quant_row_fn to_f16 = kt->quant_row[LLMRT_TYPE_F16]; /* round to nearest even */
     const int T = is_f16 ? LLMRT_TYPE_F16 : LLMRT_TYPE_F32;
     /* row-by-row P.V (same operations as the column dots) when this level has it for `dot` */
     const llmrt_attn_pv_fn pv = kt->attn_pv[T] != NULL && kt->attn_pv_dot[T] == dot && hd_v % 8 == 0
                                     ? kt->attn_pv[T] : NULL;
+    const llmrt_attn_qk_fn qk = kt->attn_qk[T] != NULL && kt->attn_qk_dot[T] == dot ? kt->attn_qk[T] : NULL;
     const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
     const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
 
+    int64_t last_i = -1, lo = 0, hi = -1; /* token whose visible range lo..hi is known */
     for (int64_t c = llmrt_claim(p); c < n * n_head; c = llmrt_claim(p)) {
         const int64_t i = c / n_head;
         const int64_t h = c % n_head;
@@ -133,31 +142,24 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
 
         const float *qv = (const float *)((const char *)q->data + i * q->nb[2] + h * q->nb[1]);
         if (is_f16) {
-            llmrt_fp16_t *qh = (llmrt_fp16_t *)qc;
-            for (int64_t e = 0; e < hd_k; e++) qh[e] = llmrt_fp32_to_fp16(qv[e]);
+            to_f16(qv, qc, hd_k); /* ggml converts q to K's type for the product */
         } else {
             memcpy(qc, qv, (size_t)hd_k * sizeof(float));
         }
         const char *kbase = (const char *)cache->k[l] + (size_t)kh * (size_t)hd_k * esize;
         const char *vbase = (const char *)cache->v[l] + (size_t)kh * (size_t)hd_v * esize;
 
-        /* scores of the written cells, masked to -inf (causal by stored position, sliding
-         * window); lo..hi = the first and last unmasked cell */
-        float max = -INFINITY;
-        int64_t lo = n_valid, hi = -1;
-        for (int64_t cell = 0; cell < n_valid; cell++) {
-            float s = -INFINITY;
-            const int32_t pc_ = cpos[cell];
-            const int ok = pc_ <= p_i && !(n_swa > 0 && (int64_t)p_i - (int64_t)pc_ >= n_swa);
-            if (ok) {
-                dot((int)hd_k, &s, kbase + (size_t)cell * kcell, qc);
-                s *= scale;
-                if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
-                if (cell < lo) lo = cell;
-                hi = cell;
+        /* lo..hi: the first and last unmasked cell (causal by stored position, sliding window);
+         * the same for every head of token i (a thread often claims them in a row) */
+        if (i != last_i) {
+            lo = n_valid, hi = -1;
+            for (int64_t cell = 0; cell < n_valid; cell++) {
+                if (visible(cpos[cell], p_i, n_swa)) {
+                    if (cell < lo) lo = cell;
+                    hi = cell;
+                }
             }
-            w[cell] = s;
-            max = s > max ? s : max; /* ggml_vec_max_f32 */
+            last_i = i;
         }
         /* the cells [a, b) the softmax and P.V visit: all n_kv (ggml's range) on the
          * column-by-column path; else the aligned blocks holding unmasked cells, which gives the
@@ -168,13 +170,31 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
             b = (hi + KV_ALIGN) / KV_ALIGN * KV_ALIGN;
             if (b > n_kv) b = n_kv;
         }
-        for (int64_t cell = n_valid; cell < b; cell++) w[cell] = -INFINITY; /* unused cells */
+        /* scores: K.q on [lo, hi] (masked cells inside are computed, then overwritten), then
+         * scale, softcap, and -inf on masked and unused cells */
+        if (hi >= 0) {
+            if (qk != NULL) {
+                qk((int)hd_k, w, kbase, (int64_t)(kcell / esize), qc, (int)lo, (int)hi + 1);
+            } else {
+                for (int64_t cell = lo; cell <= hi; cell++) dot((int)hd_k, &w[cell], kbase + (size_t)cell * kcell, qc);
+            }
+        }
+        float max = -INFINITY;
+        for (int64_t cell = a; cell < b; cell++) {
+            float s = -INFINITY;
+            if (cell >= lo && cell <= hi && visible(cpos[cell], p_i, n_swa)) {
+                s = w[cell] * scale;
+                if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
+            }
+            w[cell] = s;
+            max = s > max ? s : max; /* ggml_vec_max_f32 */
+        }
         /* softmax; then the probabilities in the V product's type */
         const double sum = kt->vec_soft_max((int)(b - a), w + a, w + a, max);
         const float inv = (float)(1.0 / sum);
         if (is_f16) {
-            llmrt_fp16_t *ph = (llmrt_fp16_t *)pc;
-            for (int64_t cell = a; cell < b; cell++) ph[cell] = llmrt_fp32_to_fp16(w[cell] * inv);
+            for (int64_t cell = a; cell < b; cell++) w[cell] *= inv;
+            to_f16(w + a, (llmrt_fp16_t *)pc + a, b - a);
         } else {
             float *pf = (float *)pc;
             for (int64_t cell = a; cell < b; cell++) pf[cell] = w[cell] * inv;

@@ -84,6 +84,9 @@ typedef double (*llmrt_vec_soft_max_fn)(int n, float *y, const float *x, float m
  * scratch holds 32 * hd floats (64-byte aligned). */
 typedef void (*llmrt_attn_pv_fn)(int hd, float *y, const void *v, int64_t ldv, const void *p, int c0,
                                  int c1, void *scratch);
+/* Attention's scores (K.q) for a cache of type T: s[c] = vec_dot_T(hd, K[c], q) for c in [c0, c1),
+ * K[c] = k + c * ldk elements of T, q of type T (hd elements); each exactly as vec_dot[T]. */
+typedef void (*llmrt_attn_qk_fn)(int hd, float *s, const void *k, int64_t ldk, const void *q, int c0, int c1);
 
 /* Per-type traits (designated initializers in csrc/types.c). */
 typedef struct {
@@ -160,6 +163,9 @@ typedef struct {
     llmrt_attn_pv_fn attn_pv[LLMRT_TYPE_COUNT];
     llmrt_vec_dot_fn attn_pv_dot[LLMRT_TYPE_COUNT];
     const char *attn_pv_name[LLMRT_TYPE_COUNT];
+    llmrt_attn_qk_fn attn_qk[LLMRT_TYPE_COUNT]; /* likewise, used while attn_qk_dot[T] == vec_dot[T] */
+    llmrt_vec_dot_fn attn_qk_dot[LLMRT_TYPE_COUNT];
+    const char *attn_qk_name[LLMRT_TYPE_COUNT];
 } llmrt_kernel_table;
 
 const llmrt_kernel_table *llmrt_kernels(void);

@@ -1,6 +1,6 @@
 /*
- * attn_avx2.c — attention's P.V product for the AVX2 level (AVX2 + FMA + F16C); see
- * llmrt_attn_pv_fn in llmrt.h. Compiled for this target only (pragma below).
+ * attn_avx2.c — attention's scores and P.V product for the AVX2 level (AVX2 + FMA + F16C); see
+ * llmrt_attn_qk_fn / llmrt_attn_pv_fn in llmrt.h. Compiled for this target only (pragma below).
  *
  * The column-by-column way (gather V[:, d] over n cells, then vec_dot) is what ggml computes; this
  * gives each output y[d] the same float operations while reading V row by row:
@@ -24,7 +24,7 @@
 #include "llmrt/llmrt.h"
 
 #if defined(__x86_64__)
-#include "simd_avx2.h" /* f16, loadu128 */
+#include "simd_avx2.h" /* f16, loadu128, hsum_ps */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -95,6 +95,59 @@ static ALWAYS_INLINE void attn_pv(int kind, int hd, float *y, const void *v, int
     }
 }
 
+/* ---- scores: one dot per cell, as vec_dot_f16_avx2 / vec_dot_f32_avx2 (dot_avx2.c) compute it,
+ * inlined so the loop over cells has no call and q stays hot:
+ *   f16: 4 x 8 lanes over steps of 32, (a0 + a2) + (a1 + a3), halves, two hadds, double tail;
+ *   f32: 4 x 8 lanes over steps of 32, then steps of 8 into a0, hsum_ps((a0 + a1) + (a2 + a3)),
+ *        double tail. */
+static ALWAYS_INLINE float dot_f16(int n, const llmrt_fp16_t *x, const llmrt_fp16_t *y) {
+    const int np = n & ~31;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int i = 0; i < np; i += 32) {
+        for (int j = 0; j < 4; j++) {
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(loadu128(x + i + 8 * j)),
+                                     _mm256_cvtph_ps(loadu128(y + i + 8 * j)), acc[j]);
+        }
+    }
+    acc[0] = _mm256_add_ps(acc[0], acc[2]);
+    acc[1] = _mm256_add_ps(acc[1], acc[3]);
+    acc[0] = _mm256_add_ps(acc[0], acc[1]);
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    double sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    for (int i = np; i < n; i++) sum += (double)(f16(x[i]) * f16(y[i]));
+    return (float)sum;
+}
+
+static ALWAYS_INLINE float dot_f32(int n, const float *x, const float *y) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    double sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) sum += (double)(x[i] * y[i]);
+    return (float)sum;
+}
+
+static void attn_qk_f16_avx2(int hd, float *s, const void *k, int64_t ldk, const void *q, int c0, int c1) {
+    const llmrt_fp16_t *kk = k; /* (cells, ldk) */
+    if (hd == 64) { /* the common head size: the loop bounds are constants */
+        for (int c = c0; c < c1; c++) s[c] = dot_f16(64, kk + (int64_t)c * ldk, q);
+        return;
+    }
+    for (int c = c0; c < c1; c++) s[c] = dot_f16(hd, kk + (int64_t)c * ldk, q);
+}
+
+static void attn_qk_f32_avx2(int hd, float *s, const void *k, int64_t ldk, const void *q, int c0, int c1) {
+    const float *kk = k; /* (cells, ldk) */
+    for (int c = c0; c < c1; c++) s[c] = dot_f32(hd, kk + (int64_t)c * ldk, q);
+}
+
 static void attn_pv_f16_avx2(int hd, float *y, const void *v, int64_t ldv, const void *p, int c0, int c1,
                              void *scratch) {
     attn_pv(KIND_F16, hd, y, v, ldv, p, c0, c1, scratch);
@@ -114,6 +167,12 @@ void llmrt_register_attn_kernels_avx2(llmrt_kernel_table *kt) {
     kt->attn_pv[LLMRT_TYPE_F32] = attn_pv_f32_avx2;
     kt->attn_pv_dot[LLMRT_TYPE_F32] = kt->vec_dot[LLMRT_TYPE_F32];
     kt->attn_pv_name[LLMRT_TYPE_F32] = "attn_pv_f32_avx2";
+    kt->attn_qk[LLMRT_TYPE_F16] = attn_qk_f16_avx2;
+    kt->attn_qk_dot[LLMRT_TYPE_F16] = kt->vec_dot[LLMRT_TYPE_F16];
+    kt->attn_qk_name[LLMRT_TYPE_F16] = "attn_qk_f16_avx2";
+    kt->attn_qk[LLMRT_TYPE_F32] = attn_qk_f32_avx2;
+    kt->attn_qk_dot[LLMRT_TYPE_F32] = kt->vec_dot[LLMRT_TYPE_F32];
+    kt->attn_qk_name[LLMRT_TYPE_F32] = "attn_qk_f32_avx2";
 #else
     (void)kt;
 #endif
