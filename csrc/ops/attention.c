@@ -13,6 +13,13 @@
  * in llama.cpp's non-flash order and roundings (see llmrt_compute_attention), so at the AVX2
  * level the result is bit-identical to llama.cpp's AVX2 build run one token at a time. Cells are visited in index order and
  * masked by their stored positions only: a cell's index is never taken as its position.
+ *
+ * Speed without changing a float operation: the kernel table's attn_qk (scores, vec_dot's order
+ * inlined over a range of cells) and attn_pv (V read row by row, each output's fma chains kept
+ * in vec_dot's lanes, see x86/attn_avx2.c); only the cells between the first and last visible
+ * one are scored, and the softmax and P.V only visit the 64-cell blocks around them (the others
+ * hold masked or unused cells, whose exact zeros change no sum). Threads claim (token, head)
+ * chunks, so a decode step is shared over the heads and a prefill over tokens and heads.
  */
 #include <math.h>
 #include <string.h>
@@ -35,10 +42,9 @@ void llmrt_compute_kv_store(const llmrt_compute_params *p, llmrt_tensor *dst) {
         const float *vs = (const float *)((const char *)v->data + i * v->nb[2]);
         char *kd = (char *)cache->k[l] + (size_t)cell * kcell;
         char *vd = (char *)cache->v[l] + (size_t)cell * vcell;
-        if (cache->type == LLMRT_TYPE_F16) {
-            llmrt_fp16_t *kh = (llmrt_fp16_t *)kd, *vh = (llmrt_fp16_t *)vd;
-            for (int64_t e = 0; e < nk; e++) kh[e] = llmrt_fp32_to_fp16(ks[e]);
-            for (int64_t e = 0; e < nv; e++) vh[e] = llmrt_fp32_to_fp16(vs[e]);
+        if (cache->type == LLMRT_TYPE_F16) { /* round to nearest even (F16C where the level has it) */
+            p->ctx->kt->quant_row[LLMRT_TYPE_F16](ks, kd, nk);
+            p->ctx->kt->quant_row[LLMRT_TYPE_F16](vs, vd, nv);
         } else {
             memcpy(kd, ks, (size_t)nk * sizeof(float));
             memcpy(vd, vs, (size_t)nv * sizeof(float));
