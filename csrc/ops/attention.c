@@ -208,7 +208,9 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
         /* out[d] = V[:, d] . p over the n_kv cells; masked cells read as 0 */
         float *y = (float *)((char *)dst->data + i * dst->nb[1]) + h * hd_v;
         if (pv != NULL) {
-            pv((int)hd_v, y, vbase, (int64_t)(vcell / esize), pc, (int)a, (int)b, acc);
+            /* V is read only in used cells (n_kv may pass n_ctx; unused cells have p = 0 unless
+             * the scores are NaN, and then the output is NaN either way) */
+            pv((int)hd_v, y, vbase, (int64_t)(vcell / esize), pc, (int)a, (int)(b < n_valid ? b : n_valid), acc);
             continue;
         }
         for (int64_t d = 0; d < hd_v; d++) {
@@ -216,7 +218,7 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
                 llmrt_fp16_t *vc = (llmrt_fp16_t *)acc;
                 for (int64_t cell = 0; cell < n_kv; cell++) {
                     llmrt_fp16_t v = 0;
-                    if (w[cell] != 0.0f) {
+                    if (cell < n_valid && w[cell] != 0.0f) {
                         memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
                     }
                     vc[cell] = v;
@@ -225,7 +227,7 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
                 float *vc = (float *)acc;
                 for (int64_t cell = 0; cell < n_kv; cell++) {
                     float v = 0.0f;
-                    if (w[cell] != 0.0f) {
+                    if (cell < n_valid && w[cell] != 0.0f) {
                         memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
                     }
                     vc[cell] = v;
