@@ -13,6 +13,13 @@
  * in llama.cpp's non-flash order and roundings (see llmrt_compute_attention), so at the AVX2
  * level the result is bit-identical to llama.cpp's AVX2 build run one token at a time. Cells are visited in index order and
  * masked by their stored positions only: a cell's index is never taken as its position.
+ *
+ * Speed without changing a float operation: the kernel table's attn_qk (scores, vec_dot's order
+ * inlined over a range of cells) and attn_pv (V read row by row, each output's fma chains kept
+ * in vec_dot's lanes, see x86/attn_avx2.c); only the cells between the first and last visible
+ * one are scored, and the softmax and P.V only visit the 64-cell blocks around them (the others
+ * hold masked or unused cells, whose exact zeros change no sum). Threads claim (token, head)
+ * chunks, so a decode step is shared over the heads and a prefill over tokens and heads.
  */
 #include <math.h>
 #include <string.h>
@@ -35,10 +42,9 @@ void llmrt_compute_kv_store(const llmrt_compute_params *p, llmrt_tensor *dst) {
         const float *vs = (const float *)((const char *)v->data + i * v->nb[2]);
         char *kd = (char *)cache->k[l] + (size_t)cell * kcell;
         char *vd = (char *)cache->v[l] + (size_t)cell * vcell;
-        if (cache->type == LLMRT_TYPE_F16) {
-            llmrt_fp16_t *kh = (llmrt_fp16_t *)kd, *vh = (llmrt_fp16_t *)vd;
-            for (int64_t e = 0; e < nk; e++) kh[e] = llmrt_fp32_to_fp16(ks[e]);
-            for (int64_t e = 0; e < nv; e++) vh[e] = llmrt_fp32_to_fp16(vs[e]);
+        if (cache->type == LLMRT_TYPE_F16) { /* round to nearest even (F16C where the level has it) */
+            p->ctx->kt->quant_row[LLMRT_TYPE_F16](ks, kd, nk);
+            p->ctx->kt->quant_row[LLMRT_TYPE_F16](vs, vd, nv);
         } else {
             memcpy(kd, ks, (size_t)nk * sizeof(float));
             memcpy(vd, vs, (size_t)nv * sizeof(float));
@@ -57,20 +63,36 @@ int64_t llmrt_attention_n_kv(int64_t cell) {
     return (used + KV_PAD - 1) / KV_PAD * KV_PAD;
 }
 
-/* Scratch layout (one thread): q16 [hd_k] f16 | w [n_kv] f32 | p16 [n_kv] f16 | col [n_kv]
- * (f16 or f32): q as f16, scores then probabilities, probabilities as f16, one V column. */
+/* Scratch layout (one thread): q16 [hd_k] f16 | w [n_kv] f32 | p16 [n_kv] f16 | acc: the larger of
+ * one V column [n_kv] (f16 or f32, the column-by-column path) and attn_pv's 32 * hd_v floats. */
 static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 
-static size_t wsize_for(int64_t hd_k, int64_t n_kv) {
-    return align64((size_t)hd_k * sizeof(float)) + align64((size_t)n_kv * sizeof(float)) * 3;
+static size_t wsize_for(int64_t hd_k, int64_t hd_v, int64_t n_kv) {
+    const size_t col = (size_t)n_kv * sizeof(float);
+    const size_t pv = (size_t)32 * (size_t)hd_v * sizeof(float);
+    return align64((size_t)hd_k * sizeof(float)) + align64((size_t)n_kv * sizeof(float)) * 2 +
+           align64(col > pv ? col : pv);
 }
 
+static int64_t hd_v_of(const llmrt_tensor *dst) { return dst->ne[0] / dst->src[0]->ne[1]; }
+
 size_t llmrt_attention_wsize(const llmrt_tensor *dst) {
-    return wsize_for(dst->src[0]->ne[0], KV_PAD); /* grown at run time for larger caches */
+    return wsize_for(dst->src[0]->ne[0], hd_v_of(dst), KV_PAD); /* grown at run time for larger caches */
 }
 
 size_t llmrt_attention_wsize_run(const llmrt_tensor *dst, int n_ctx) {
-    return wsize_for(dst->src[0]->ne[0], llmrt_attention_n_kv(n_ctx > 0 ? n_ctx - 1 : 0));
+    return wsize_for(dst->src[0]->ne[0], hd_v_of(dst), llmrt_attention_n_kv(n_ctx > 0 ? n_ctx - 1 : 0));
+}
+
+/* Cells are visited in ranges aligned to this many cells, from cell 0: the softmax and the P.V
+ * product then group the cells in the same vector blocks as over all n_kv cells (8 or 16 for
+ * vec_soft_max, 32 for vec_dot), and the blocks left out hold only masked cells (exact zeros). */
+#define KV_ALIGN 64
+
+/* Whether a cell holding position pc is visible from a token at position p: causal, and within the
+ * sliding window when n_swa > 0. */
+static inline int visible(int32_t pc, int32_t p, int n_swa) {
+    return pc <= p && !(n_swa > 0 && (int64_t)p - (int64_t)pc >= n_swa);
 }
 
 /* One (token, head): llama.cpp's non-flash path (llama-graph build_attn_mha with
@@ -102,80 +124,116 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
     const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
     const int32_t *cpos = cache->pos;
+    const llmrt_quant_row_fn to_f16 = kt->quant_row[LLMRT_TYPE_F16]; /* round to nearest even */
+    const int T = is_f16 ? LLMRT_TYPE_F16 : LLMRT_TYPE_F32;
+    /* row-by-row P.V (same operations as the column dots) when this level has it for `dot` */
+    const llmrt_attn_pv_fn pv = kt->attn_pv[T] != NULL && kt->attn_pv_dot[T] == dot && hd_v % 8 == 0
+                                    ? kt->attn_pv[T] : NULL;
+    const llmrt_attn_qk_fn qk = kt->attn_qk[T] != NULL && kt->attn_qk_dot[T] == dot ? kt->attn_qk[T] : NULL;
+    const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
+    const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
 
+    int64_t last_i = -1, lo = 0, hi = -1; /* token whose visible range lo..hi is known */
     for (int64_t c = llmrt_claim(p); c < n * n_head; c = llmrt_claim(p)) {
         const int64_t i = c / n_head;
         const int64_t h = c % n_head;
         const int64_t kh = h / group;
-        const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
-        const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
         const int32_t p_i = p->ctx->positions[i];
 
         char *ws = (char *)p->wdata;
-        void *qc = ws;                                      /* [hd_k] f16 or f32 */
-        float *w = (float *)(ws + align64((size_t)hd_k * sizeof(float)));      /* [n_kv] */
-        void *pc = (char *)w + align64((size_t)n_kv * sizeof(float));         /* [n_kv] */
-        void *col = (char *)pc + align64((size_t)n_kv * sizeof(float));       /* [n_kv] */
+        void *qc = ws;                                                    /* [hd_k] f16 or f32 */
+        float *w = (float *)(ws + align64((size_t)hd_k * sizeof(float))); /* [n_kv] */
+        void *pc = (char *)w + align64((size_t)n_kv * sizeof(float));     /* [n_kv] */
+        void *acc = (char *)pc + align64((size_t)n_kv * sizeof(float));   /* see wsize_for */
 
         const float *qv = (const float *)((const char *)q->data + i * q->nb[2] + h * q->nb[1]);
         if (is_f16) {
-            llmrt_fp16_t *qh = (llmrt_fp16_t *)qc;
-            for (int64_t e = 0; e < hd_k; e++) qh[e] = llmrt_fp32_to_fp16(qv[e]);
+            to_f16(qv, qc, hd_k); /* ggml converts q to K's type for the product */
         } else {
             memcpy(qc, qv, (size_t)hd_k * sizeof(float));
         }
         const char *kbase = (const char *)cache->k[l] + (size_t)kh * (size_t)hd_k * esize;
         const char *vbase = (const char *)cache->v[l] + (size_t)kh * (size_t)hd_v * esize;
 
-        /* scores, masked to -inf (causal by stored position, sliding window, unused cells) */
-        float max = -INFINITY;
-        for (int64_t cell = 0; cell < n_kv; cell++) {
-            float s = -INFINITY;
-            if (cell < n_valid) {
-                const int32_t pc_ = cpos[cell];
-                const int ok = pc_ <= p_i && !(n_swa > 0 && (int64_t)p_i - (int64_t)pc_ >= n_swa);
-                if (ok) {
-                    dot((int)hd_k, &s, kbase + (size_t)cell * kcell, qc);
-                    s *= scale;
-                    if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
+        /* lo..hi: the first and last unmasked cell (causal by stored position, sliding window);
+         * the same for every head of token i (a thread often claims them in a row) */
+        if (i != last_i) {
+            lo = n_valid, hi = -1;
+            for (int64_t cell = 0; cell < n_valid; cell++) {
+                if (visible(cpos[cell], p_i, n_swa)) {
+                    if (cell < lo) lo = cell;
+                    hi = cell;
                 }
+            }
+            last_i = i;
+        }
+        /* the cells [a, b) the softmax and P.V visit: all n_kv (ggml's range) on the
+         * column-by-column path; else the aligned blocks holding unmasked cells, which gives the
+         * same sums (the blocks left out add exact zeros) */
+        int64_t a = 0, b = n_kv;
+        if (pv != NULL && hi >= 0) {
+            a = lo / KV_ALIGN * KV_ALIGN;
+            b = (hi + KV_ALIGN) / KV_ALIGN * KV_ALIGN;
+            if (b > n_kv) b = n_kv;
+        }
+        /* scores: K.q on [lo, hi] (masked cells inside are computed, then overwritten), then
+         * scale, softcap, and -inf on masked and unused cells */
+        if (hi >= 0) {
+            if (qk != NULL) {
+                qk((int)hd_k, w, kbase, (int64_t)(kcell / esize), qc, (int)lo, (int)hi + 1);
+            } else {
+                for (int64_t cell = lo; cell <= hi; cell++) dot((int)hd_k, &w[cell], kbase + (size_t)cell * kcell, qc);
+            }
+        }
+        float max = -INFINITY;
+        for (int64_t cell = a; cell < b; cell++) {
+            float s = -INFINITY;
+            if (cell >= lo && cell <= hi && visible(cpos[cell], p_i, n_swa)) {
+                s = w[cell] * scale;
+                if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
             }
             w[cell] = s;
             max = s > max ? s : max; /* ggml_vec_max_f32 */
         }
         /* softmax; then the probabilities in the V product's type */
-        const double sum = kt->vec_soft_max((int)n_kv, w, w, max);
+        const double sum = kt->vec_soft_max((int)(b - a), w + a, w + a, max);
         const float inv = (float)(1.0 / sum);
         if (is_f16) {
-            llmrt_fp16_t *ph = (llmrt_fp16_t *)pc;
-            for (int64_t cell = 0; cell < n_kv; cell++) ph[cell] = llmrt_fp32_to_fp16(w[cell] * inv);
+            for (int64_t cell = a; cell < b; cell++) w[cell] *= inv;
+            to_f16(w + a, (llmrt_fp16_t *)pc + a, b - a);
         } else {
             float *pf = (float *)pc;
-            for (int64_t cell = 0; cell < n_kv; cell++) pf[cell] = w[cell] * inv;
+            for (int64_t cell = a; cell < b; cell++) pf[cell] = w[cell] * inv;
         }
         /* out[d] = V[:, d] . p over the n_kv cells; masked cells read as 0 */
         float *y = (float *)((char *)dst->data + i * dst->nb[1]) + h * hd_v;
+        if (pv != NULL) {
+            /* V is read only in used cells (n_kv may pass n_ctx; unused cells have p = 0 unless
+             * the scores are NaN, and then the output is NaN either way) */
+            pv((int)hd_v, y, vbase, (int64_t)(vcell / esize), pc, (int)a, (int)(b < n_valid ? b : n_valid), acc);
+            continue;
+        }
         for (int64_t d = 0; d < hd_v; d++) {
             if (is_f16) {
-                llmrt_fp16_t *vc = (llmrt_fp16_t *)col;
+                llmrt_fp16_t *vc = (llmrt_fp16_t *)acc;
                 for (int64_t cell = 0; cell < n_kv; cell++) {
                     llmrt_fp16_t v = 0;
-                    if (w[cell] != 0.0f) {
+                    if (cell < n_valid && w[cell] != 0.0f) {
                         memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
                     }
                     vc[cell] = v;
                 }
             } else {
-                float *vc = (float *)col;
+                float *vc = (float *)acc;
                 for (int64_t cell = 0; cell < n_kv; cell++) {
                     float v = 0.0f;
-                    if (w[cell] != 0.0f) {
+                    if (cell < n_valid && w[cell] != 0.0f) {
                         memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
                     }
                     vc[cell] = v;
                 }
             }
-            dot((int)n_kv, &y[d], col, pc);
+            dot((int)n_kv, &y[d], acc, pc);
         }
     }
 }

@@ -83,6 +83,18 @@ typedef void (*llmrt_pack_fn)(const void *src, size_t src_row_bytes, int64_t K, 
  * bits vec_dot gives; x rows (the type's vec_dot_type) x_stride bytes apart */
 typedef void (*llmrt_gemm_fn)(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride,
                               int n_x, float *y, int64_t y_stride);
+/* Attention's P.V product (csrc/ops/attention.c) for a cache of type T (F16 or F32), computed row
+ * by row but with each output in the exact order of this level's vec_dot[T] over n cells:
+ *     y[d] = vec_dot_T(n, V[:, d], p)   for d < hd,   V[c][d] = v[c * ldv + d]  (T elements)
+ * where every cell outside [c0, c1) and every cell with p[c] == 0 holds p[c] == 0 (its product
+ * is an exact zero, which leaves every accumulator unchanged), so only cells in [c0, c1) with
+ * p[c] != 0 are read. n is a multiple of 32 (of 256 in attention), hd a multiple of 8;
+ * scratch holds 32 * hd floats (64-byte aligned). */
+typedef void (*llmrt_attn_pv_fn)(int hd, float *y, const void *v, int64_t ldv, const void *p, int c0,
+                                 int c1, void *scratch);
+/* Attention's scores (K.q) for a cache of type T: s[c] = vec_dot_T(hd, K[c], q) for c in [c0, c1),
+ * K[c] = k + c * ldk elements of T, q of type T (hd elements); each exactly as vec_dot[T]. */
+typedef void (*llmrt_attn_qk_fn)(int hd, float *s, const void *k, int64_t ldk, const void *q, int c0, int c1);
 
 /* Per-type traits (designated initializers in csrc/types.c). */
 typedef struct {
@@ -164,6 +176,15 @@ typedef struct {
     llmrt_pack_fn pack[LLMRT_TYPE_COUNT];
     llmrt_gemm_fn gemm[LLMRT_TYPE_COUNT];
     const char *gemm_name[LLMRT_TYPE_COUNT];
+    /* attn_pv[T] reproduces the order of attn_pv_dot[T]; attention uses it only while that is
+     * still vec_dot[T] (a higher level that replaces vec_dot[T] without its own attn_pv[T] thus
+     * falls back to the column-by-column path). */
+    llmrt_attn_pv_fn attn_pv[LLMRT_TYPE_COUNT];
+    llmrt_vec_dot_fn attn_pv_dot[LLMRT_TYPE_COUNT];
+    const char *attn_pv_name[LLMRT_TYPE_COUNT];
+    llmrt_attn_qk_fn attn_qk[LLMRT_TYPE_COUNT]; /* likewise, used while attn_qk_dot[T] == vec_dot[T] */
+    llmrt_vec_dot_fn attn_qk_dot[LLMRT_TYPE_COUNT];
+    const char *attn_qk_name[LLMRT_TYPE_COUNT];
 } llmrt_kernel_table;
 
 const llmrt_kernel_table *llmrt_kernels(void);
@@ -180,6 +201,10 @@ void llmrt_register_dot_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_dot_kernels_avx2(llmrt_kernel_table *kt);
 void llmrt_register_dot_kernels_avx512(llmrt_kernel_table *kt);
 void llmrt_register_dot_kernels_avx512_vnni(llmrt_kernel_table *kt);
+/* Attention kernels (csrc/kernels/attn_generic.c, x86/attn_avx2.c), registered after the dot
+ * kernels of the same level (they copy its vec_dot pointers into attn_pv_dot). */
+void llmrt_register_attn_kernels_generic(llmrt_kernel_table *kt);
+void llmrt_register_attn_kernels_avx2(llmrt_kernel_table *kt);
 
 /* ---- half / bfloat16 conversion (scalar, exact, round-to-nearest-even) ------------------------- */
 

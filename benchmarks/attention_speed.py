@@ -1,0 +1,61 @@
+"""attention_speed.py — prefill and decode speed of the real models (attention's share of a run).
+
+Prints a Markdown table: for each model, the time of one 512-token prefill (random ids) into a
+1024-cell cache, then of 128 single-token decode steps after it, as tokens per second. Each run
+is repeated (--repeat) and the best time is kept: the machine is shared, so the minimum is the
+least noisy estimate. Run from the repository root:
+
+    python benchmarks/attention_speed.py --threads 2 --repeat 3
+"""
+import argparse
+import os
+import time
+
+import numpy as np
+
+from llmrt import Model
+
+MODELS = {
+    "SmolLM2-135M Q4_1": "/work/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+    "Gemma 3 270M Q4_K_M": "/work/models/gemma-3-270m-q4_k_m.gguf",
+}
+
+
+def run_once(model, n_prompt, n_gen, rng):
+    sess = model.new_session(ctx_size=1024, kv_mode="none")
+    ids = rng.integers(100, model.n_vocab - 100, size=n_prompt)
+    t0 = time.perf_counter()
+    sess.eval(ids)
+    t1 = time.perf_counter()
+    for t in rng.integers(100, model.n_vocab - 100, size=n_gen):
+        sess.eval([int(t)])
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--model", choices=list(MODELS), action="append")
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    print(f"| model | pp{a.prompt} t/s | tg{a.gen} t/s (after the prompt) |")
+    print("| --- | --- | --- |")
+    for name in a.model or MODELS:
+        path = MODELS[name]
+        if not os.path.exists(path):
+            continue
+        model = Model(path, n_threads=a.threads)
+        run_once(model, 8, 2, rng)  # build the graphs once
+        best_p, best_g = float("inf"), float("inf")
+        for _ in range(a.repeat):
+            tp, tg = run_once(model, a.prompt, a.gen, rng)
+            best_p, best_g = min(best_p, tp), min(best_g, tg)
+        print(f"| {name} | {a.prompt / best_p:.1f} | {a.gen / best_g:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

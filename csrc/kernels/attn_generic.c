@@ -1,0 +1,50 @@
+/*
+ * attn_generic.c — attention's P.V product for the generic level (see llmrt_attn_pv_fn in
+ * llmrt.h). The generic vec_dot_f16 / vec_dot_f32 (dot_generic.c) add each f32 product to one
+ * double in index order, so visiting the cells in index order, row by row, and adding each
+ * row's products to hd doubles gives every output the same sequence of operations. Skipped cells
+ * have p == 0: their products are ±0 and adding ±0 to a double sum that starts at +0 changes
+ * nothing.
+ */
+#include "llmrt/llmrt.h"
+
+#define FP16(h) llmrt_fp16_to_fp32(h)
+
+static void attn_pv_f16_generic(int hd, float *y, const void *vv, int64_t ldv, const void *vp, int c0,
+                                int c1, void *scratch) {
+    const llmrt_fp16_t *v = vv; /* (cells, ldv) */
+    const llmrt_fp16_t *p = vp; /* (cells) */
+    double *sum = scratch;      /* (hd) */
+    for (int d = 0; d < hd; d++) sum[d] = 0.0;
+    for (int c = c0; c < c1; c++) {
+        if (p[c] == 0) continue;
+        const float pc = FP16(p[c]);
+        const llmrt_fp16_t *row = v + (int64_t)c * ldv;
+        for (int d = 0; d < hd; d++) sum[d] += (double)(FP16(row[d]) * pc);
+    }
+    for (int d = 0; d < hd; d++) y[d] = (float)sum[d];
+}
+
+static void attn_pv_f32_generic(int hd, float *y, const void *vv, int64_t ldv, const void *vp, int c0,
+                                int c1, void *scratch) {
+    const float *v = vv; /* (cells, ldv) */
+    const float *p = vp; /* (cells) */
+    double *sum = scratch; /* (hd) */
+    for (int d = 0; d < hd; d++) sum[d] = 0.0;
+    for (int c = c0; c < c1; c++) {
+        if (p[c] == 0.0f) continue;
+        const float pc = p[c];
+        const float *row = v + (int64_t)c * ldv;
+        for (int d = 0; d < hd; d++) sum[d] += (double)(row[d] * pc);
+    }
+    for (int d = 0; d < hd; d++) y[d] = (float)sum[d];
+}
+
+void llmrt_register_attn_kernels_generic(llmrt_kernel_table *kt) {
+    kt->attn_pv[LLMRT_TYPE_F16] = attn_pv_f16_generic;
+    kt->attn_pv_dot[LLMRT_TYPE_F16] = kt->vec_dot[LLMRT_TYPE_F16];
+    kt->attn_pv_name[LLMRT_TYPE_F16] = "attn_pv_f16_generic";
+    kt->attn_pv[LLMRT_TYPE_F32] = attn_pv_f32_generic;
+    kt->attn_pv_dot[LLMRT_TYPE_F32] = kt->vec_dot[LLMRT_TYPE_F32];
+    kt->attn_pv_name[LLMRT_TYPE_F32] = "attn_pv_f32_generic";
+}
