@@ -41,16 +41,19 @@ cdef extern from "llmrt/llmrt.h" nogil:
     int llmrt_isa_current()
 
     ctypedef struct llmrt_kernel_table:
-        llmrt_dequant_row_fn dequant_row[40]
-        const char *dequant_row_name[40]
-        llmrt_quant_row_fn quant_row[40]
-        const char *quant_row_name[40]
-        llmrt_vec_dot_fn vec_dot[40]
-        const char *vec_dot_name[40]
-        llmrt_quant_row_fn quant_act_row[40]
-        const char *quant_act_row_name[40]
+        llmrt_dequant_row_fn dequant_row[64]
+        const char *dequant_row_name[64]
+        llmrt_quant_row_fn quant_row[64]
+        const char *quant_row_name[64]
+        llmrt_vec_dot_fn vec_dot[64]
+        const char *vec_dot_name[64]
+        llmrt_quant_row_fn quant_act_row[64]
+        const char *quant_act_row_name[64]
         const char *vec_swiglu_name
         const char *vec_silu_name
         const char *vec_soft_max_name
 
     const llmrt_kernel_table *llmrt_kernels()
+
+    int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group)
+    int llmrt_wq_layout(int type)
