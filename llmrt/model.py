@@ -299,7 +299,9 @@ class Model:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
         self._graphs = {}
         # {name: (blocks, type_id, shape)} of the matmul weights quantized at load (else empty)
-        self._replaced = wquant.quantize_weights(self.gguf, self.wq, self.n_threads) if self.wq else {}
+        self._replaced, self.wq_summary = {}, ""
+        if self.wq is not None:
+            self._replaced, self.wq_summary = wquant.quantize_weights(self.gguf, self.wq, self.n_threads)
         self._all_logits_batch = max(1, min(N_BATCH, ALL_LOGITS_BATCH_BYTES // (4 * self.n_vocab)))
         log.info("llmrt: %s: arch %s, %d layers, n_embd %d, vocab %d; ISA %s, %d threads, kv cache %s",
                  os.path.basename(self.path), self.arch, self.hparams.n_layer, self.hparams.n_embd,

@@ -29,6 +29,7 @@ import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -74,6 +75,15 @@ def _category(name: str) -> str:
     return "other"
 
 
+def _layer(name: str, counter: int) -> int:
+    """Layer index of a blk.N.* tensor (llama.cpp visits the tensors in layer order), else the
+    running counter."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
+        return int(parts[1])
+    return counter
+
+
 def _use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
@@ -108,12 +118,12 @@ def plan_types(f: GGUFFile, qtype: str) -> Dict[str, str]:
             if ftype == 10:
                 new = "Q4_K" if n_gqa >= 4 else "Q3_K"
             elif ftype == 12:
-                new = "Q5_K" if i_attn_v < 2 else "Q4_K"
-            elif ftype in (15, 17) and _use_more_bits(i_attn_v, n_attn_v):
+                new = "Q5_K" if _layer(name, i_attn_v) < 2 else "Q4_K"
+            elif ftype in (15, 17) and _use_more_bits(_layer(name, i_attn_v), n_attn_v):
                 new = "Q6_K"
             i_attn_v += 1
         elif cat == "ffn_down":
-            i, n = i_ffn_down, n_ffn_down
+            i, n = _layer(name, i_ffn_down), n_ffn_down
             if ftype == 10:
                 new = "Q3_K"
             elif ftype == 12:
@@ -250,9 +260,29 @@ def write_gguf(f: GGUFFile, out_path: str, types: Dict[str, str], n_threads: int
     return n_in, n_out
 
 
+@dataclass
+class QuantizeResult:
+    in_path: str
+    out_path: str
+    qtype: str
+    plan: Dict[str, str]        # {tensor name: type written}
+    bytes_in: int               # tensor data
+    bytes_out: int
+    seconds: float
+
+    def summary(self) -> str:
+        counts: Dict[str, int] = {}
+        for tn in self.plan.values():
+            counts[tn] = counts.get(tn, 0) + 1
+        return (f"quantized {self.in_path} -> {self.out_path} ({self.qtype}): "
+                f"{self.bytes_in / 1e6:.1f} MB -> {self.bytes_out / 1e6:.1f} MB in "
+                f"{self.seconds:.1f} s; tensors: "
+                + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
+
+
 def quantize_file(in_path, out_path, qtype: str, n_threads: int = 1,
-                  progress: Optional[bool] = None) -> Dict[str, str]:
-    """Quantize a GGUF file to TYPE `qtype` (see the module doc). Returns the {name: type} plan."""
+                  progress: Optional[bool] = None) -> QuantizeResult:
+    """Quantize a GGUF file to TYPE `qtype` (see the module doc)."""
     from gguf import GGUFValueType
 
     q = str(qtype).lower()
@@ -279,13 +309,10 @@ def quantize_file(in_path, out_path, qtype: str, n_threads: int = 1,
         n_in, n_out = write_gguf(f, out_path, plan, n_threads, extra, progress=progress)
     finally:
         f.close()
-    counts: Dict[str, int] = {}
-    for tn in plan.values():
-        counts[tn] = counts.get(tn, 0) + 1
-    log.info("llmrt: quantized %s -> %s (%s): %.1f MB -> %.1f MB in %.1f s; tensors: %s",
-             in_path, out_path, q, n_in / 1e6, n_out / 1e6, time.perf_counter() - t0,
-             ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    return plan
+    r = QuantizeResult(os.fspath(in_path), os.fspath(out_path), q, plan, n_in, n_out,
+                       time.perf_counter() - t0)
+    log.info("llmrt: %s", r.summary())
+    return r
 
 
 def float_file(in_path, out_path, float_type: str = "F16", progress: Optional[bool] = None) -> None:

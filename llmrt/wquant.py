@@ -147,9 +147,10 @@ def quantize_tensor(x: np.ndarray, type_id: int, group_size: int) -> np.ndarray:
 
 
 def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
-                     progress: Optional[bool] = None) -> Dict[str, Tuple[np.ndarray, int, tuple]]:
-    """Quantize gguf's matmul weights per cfg. Returns {name: (blocks uint8, type_id, shape)}
-    for the graph (shape in ggml order). ValueError if a matmul weight is already quantized."""
+                     progress: Optional[bool] = None) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
+    """Quantize gguf's matmul weights per cfg. Returns ({name: (blocks uint8, type_id, shape)}
+    for the graph (shape in ggml order), a one-line summary for logs). ValueError if a matmul
+    weight is already quantized."""
     names = matmul_weight_names(gguf.tensors)
     bad = [(n, gguf.tensors[n].type_name) for n in names if gguf.tensors[n].type not in FLOAT_TYPES]
     if bad:
@@ -190,7 +191,7 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
                 bar.update(n)
             out[t.name] = (blocks, tid, tuple(t.shape))
     bytes_after = sum(v[0].nbytes for v in out.values())
-    log.info("llmrt: quantized %d weights at load: %s; %.1f MB -> %.1f MB in %.2f s",
-             len(out), cfg.describe(), bytes_before / 1e6, bytes_after / 1e6,
-             time.perf_counter() - t0)
-    return out
+    summary = (f"quantized {len(out)} weights at load: {cfg.describe()}; {bytes_before / 1e6:.1f} MB "
+               f"-> {bytes_after / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s")
+    log.info("llmrt: %s", summary)
+    return out, summary
