@@ -144,12 +144,14 @@ int llmrt_set_isa(int level) {
     llmrt_register_gemm_kernels_generic(&kt);
     llmrt_register_gemm_k_kernels_generic(&kt);
     llmrt_register_attn_kernels_generic(&kt);
+    llmrt_register_wq_kernels_generic(&kt);
     if (level >= LLMRT_ISA_AVX2) {
         llmrt_register_kernels_avx2(&kt);
         llmrt_register_dot_kernels_avx2(&kt);
         llmrt_register_gemm_kernels_avx2(&kt);
         llmrt_register_gemm_k_kernels_avx2(&kt);
         llmrt_register_attn_kernels_avx2(&kt);
+        llmrt_register_wq_kernels_avx2(&kt);
     }
     if (level >= LLMRT_ISA_AVX512) {
         llmrt_register_kernels_avx512(&kt);

@@ -345,7 +345,7 @@ int llmrt_graph_mul_mat(llmrt_graph *g, int w_id, int x_id) {
     const int vt = llmrt_type_traits_get(w->type)->vec_dot_type;
     if (kt->vec_dot[w->type] == NULL || vt < 0) return LLMRT_EUNSUPPORTED;
     llmrt_tensor *xin = x;
-    if (w->type != LLMRT_TYPE_F32) {
+    if (vt != LLMRT_TYPE_F32) { /* F32 weights and the private WQ_*_F32 types take x as is */
         if (kt->quant_row[vt] == NULL && vt != LLMRT_TYPE_F16 && vt != LLMRT_TYPE_BF16) {
             return LLMRT_EUNSUPPORTED;
         }

@@ -44,17 +44,17 @@ cdef extern from "llmrt/llmrt.h" nogil:
     int llmrt_isa_current()
 
     ctypedef struct llmrt_kernel_table:
-        llmrt_dequant_row_fn dequant_row[40]
-        const char *dequant_row_name[40]
-        llmrt_quant_row_fn quant_row[40]
-        const char *quant_row_name[40]
-        llmrt_vec_dot_fn vec_dot[40]
-        const char *vec_dot_name[40]
-        llmrt_quant_row_fn quant_act_row[40]
-        const char *quant_act_row_name[40]
-        int pack_rows[40]
-        llmrt_gemm_fn gemm[40]
-        const char *gemm_name[40]
+        llmrt_dequant_row_fn dequant_row[64]
+        const char *dequant_row_name[64]
+        llmrt_quant_row_fn quant_row[64]
+        const char *quant_row_name[64]
+        llmrt_vec_dot_fn vec_dot[64]
+        const char *vec_dot_name[64]
+        llmrt_quant_row_fn quant_act_row[64]
+        const char *quant_act_row_name[64]
+        int pack_rows[64]
+        llmrt_gemm_fn gemm[64]
+        const char *gemm_name[64]
         const char *vec_swiglu_name
         const char *vec_silu_name
         const char *vec_soft_max_name
@@ -76,3 +76,7 @@ cdef extern from "llmrt/gemm.h" nogil:
     void llmrt_packed_free(llmrt_packed *p)
     int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *dst,
                            size_t dst_row_bytes)
+
+cdef extern from "llmrt/llmrt.h" nogil:
+    int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group)
+    int llmrt_wq_layout(int type)

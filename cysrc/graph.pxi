@@ -528,7 +528,7 @@ cdef class Graph:
         if kt.vec_dot[tw.type] == NULL:
             raise RuntimeError(f"[mul_mat] no vec_dot kernel for {w.type_name} weights")
         vt = tt.vec_dot_type
-        if (tw.type != _T_F32 and vt not in (_T_F16, _T_BF16) and kt.quant_row[vt] == NULL):
+        if (vt not in (_T_F32, _T_F16, _T_BF16) and kt.quant_row[vt] == NULL):
             raise RuntimeError(f"[mul_mat] no quant_row kernel for {_type_name(vt)} "
                                f"(the activation type of {w.type_name})")
         t = self._new(llmrt_graph_mul_mat(self.g, w.id, x.id), "mul_mat")

@@ -77,3 +77,31 @@ def has_kernel(str table, int type_id):
     if table == "quant_row":
         return kt.quant_row[type_id] != NULL
     raise ValueError(f"unknown kernel table {table!r}")
+
+
+def wq_quantize_rows(const float[:, ::1] x,     # IN  (rows, k) floats
+                     uint8_t[:, ::1] out,       # OUT (rows, k / 32 * type_size) blocks
+                     int type_id, int64_t group):
+    """Group-wise weight-only quantization (csrc/wquant.c) of each row of x into `type_id` blocks
+    (Q4_0, Q4_1, Q8_0, WQ_Q8A or their private _F32/_BF16 ids); group <= 0: one group per row."""
+    cdef const llmrt_type_traits *tt = llmrt_type_traits_get(type_id)
+    if tt == NULL or tt.blck_size != 32:
+        raise ValueError(f"[wq_quantize] unsupported type id {type_id}")
+    cdef int64_t rows = x.shape[0], k = x.shape[1], r
+    if k % 32 != 0 or out.shape[0] != rows or <size_t>out.shape[1] != <size_t>(k // 32) * tt.type_size:
+        raise ValueError(f"[wq_quantize] shapes do not match: x {(rows, k)}, out {(out.shape[0], out.shape[1])}")
+    if group > 0 and group % 32 != 0:
+        raise ValueError(f"[wq_quantize] group size must be a multiple of 32 or -1, got {group}")
+    cdef int rc = 0
+    with nogil:
+        for r in range(rows):
+            rc = llmrt_wq_quantize_row(&x[r, 0], &out[r, 0], k, type_id, group)
+            if rc != 0:
+                break
+    if rc != 0:
+        raise ValueError(f"[wq_quantize] {tt.name.decode()} is not a weight-only type (status {rc})")
+
+
+def wq_layout(int type_id):
+    """The GGUF block layout id a private weight-only type shares (the id itself for others)."""
+    return llmrt_wq_layout(type_id)

@@ -163,6 +163,31 @@ def _options(opts):
     return apply
 
 
+# Weight-only quantization at load (F32/F16/BF16 models; llmrt/wquant.py), on every command that
+# loads a model. The decorator hands them to the command as one dict, `wq`.
+_WQ_OPTIONS = [
+    click.option("--weight-dtype", type=click.Choice(["int4", "int8"]), default=None,
+                 help="Quantize the matmul weights of an F32/F16/BF16 model at load."),
+    click.option("--group-size", type=click.Choice(["32", "64", "128", "-1"]), default=None,
+                 help="Elements per quantization group, -1: per output channel [32]."),
+    click.option("--scheme", type=click.Choice(["sym", "asym"]), default=None,
+                 help="Symmetric (scale) or asymmetric (scale + min) groups [sym]."),
+    click.option("--compute-dtype", type=click.Choice(["int8", "fp32", "bf16"]), default=None,
+                 help="Activations in the matmuls: int8 blocks, f32, or rounded to bf16 [int8]."),
+]
+
+
+def _wq_options(fn):
+    """Adds the _WQ_OPTIONS and passes them to fn as wq={weight_dtype, group_size, ...}."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        wq = {k: kwargs.pop(k) for k in ("weight_dtype", "group_size", "scheme", "compute_dtype")}
+        if wq["group_size"] is not None:
+            wq["group_size"] = int(wq["group_size"])
+        return fn(*args, wq=wq, **kwargs)
+    return _options(_WQ_OPTIONS)(wrapper)
+
+
 _cache_options = _options(_CACHE_OPTIONS)
 _sampling_options = _options(_SAMPLING_OPTIONS)
 
@@ -188,8 +213,9 @@ def _log(msg: str) -> None:
     click.echo(f"llmrt: {msg}", err=True)
 
 
-def _load_model(name, threads, ctx_size):
-    """Resolve `name` (path, known name or None) and load it; logs what was picked."""
+def _load_model(name, threads, ctx_size, wq=None):
+    """Resolve `name` (path, known name or None) and load it (quantizing its weights at load when
+    wq["weight_dtype"] is set); logs what was picked."""
     from llmrt.hub import resolve_model
     from llmrt.model import Model
 
@@ -201,7 +227,10 @@ def _load_model(name, threads, ctx_size):
     kw = {"n_threads": threads} if threads else {}
     if ctx_size:
         kw["ctx_size"] = ctx_size
+    kw.update({k: v for k, v in (wq or {}).items() if v is not None})
     model = Model(path, **kw)
+    if getattr(model, "wq", None) is not None:
+        _log(model.wq_summary)
     arch = (getattr(model, "metadata", None) or {}).get("general.architecture", "?")
     from llmrt import _core
     _log(f"loaded: arch {arch}, n_vocab {model.n_vocab}, n_ctx {model.n_ctx}; "
@@ -252,9 +281,10 @@ def _read_turns(interactive: bool):
 @click.option("--ignore-eos", is_flag=True, help="Do not stop answers at end-of-generation tokens.")
 @_cache_options
 @_sampling_options
+@_wq_options
 @friendly_errors
 def chat(model, system, n_predict, chat_template, ignore_eos, n_keep, n_discard, kv_mode, threads,
-         ctx_size, **sampling):
+         ctx_size, wq, **sampling):
     """Chat with MODEL (default: smollm2-135m-instruct). Answers stream as they are generated;
     /reset starts over, /quit or /exit (or EOF) leaves, Ctrl-C stops an answer. With stdin
     not a terminal, each line is one user turn and nothing but the answers is printed."""
@@ -262,7 +292,7 @@ def chat(model, system, n_predict, chat_template, ignore_eos, n_keep, n_discard,
     from llmrt.streamers import TextStreamer
 
     interactive = sys.stdin.isatty()
-    m = _load_model(model, threads, ctx_size)
+    m = _load_model(model, threads, ctx_size, wq)
     keep = _parse_keep(n_keep, "auto")
     cs = ChatSession(m, system=system, template=chat_template, max_new_tokens=n_predict,
                      n_keep=keep, n_discard=n_discard,
@@ -318,9 +348,10 @@ def _new_session(m, n_keep, n_discard, kv_mode):
               help="Stop before this text (repeatable); it is not printed.")
 @_cache_options
 @_sampling_options
+@_wq_options
 @friendly_errors
 def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_discard, kv_mode,
-             threads, ctx_size, **sampling):
+             threads, ctx_size, wq, **sampling):
     """Continue a prompt (-p PROMPT or -f FILE) with MODEL and stream the continuation."""
     import time
 
@@ -332,7 +363,7 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
     if prompt is None:
         with open(prompt_file, encoding="utf-8") as f:
             prompt = f.read()
-    m = _load_model(model, threads, ctx_size)
+    m = _load_model(model, threads, ctx_size, wq)
     sampler = make_sampler(**sampling)
     _log(f"sampling: {sampler!r}")
     ids = m.tokenizer.encode(prompt, add_special=True, parse_special=True)
@@ -387,9 +418,10 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
 @click.option("--plot", default=None, metavar="FILE.png",
               help="Draw NLL over position to FILE.png (needs matplotlib: llmrt[plot]).")
 @_THREADS_OPTION
+@_wq_options
 @friendly_errors
 def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discard, batch,
-               as_json, nll_csv, plot, threads):
+               as_json, nll_csv, plot, threads, wq):
     """Perplexity of MODEL on the text of FILE.
 
     By default llama-perplexity's protocol: chunks of --ctx-size tokens, each from an empty
@@ -411,7 +443,7 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
     text = ppl_mod.read_text(text_file)
     if ctx_size is None or ctx_size < 1:
         raise ValueError(f"ctx-size must be >= 1, got {ctx_size}")
-    m = _load_model(model, threads, ctx_size)
+    m = _load_model(model, threads, ctx_size, wq)
     ids = m.tokenizer.encode(text, add_special=True, parse_special=False)
     _log(f"text: {text_file}: {len(text)} characters, {len(ids)} tokens"
          + (f" (scoring the first {max_tokens})" if max_tokens else ""))
@@ -456,8 +488,9 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
 @click.option("--bandwidth/--no-bandwidth", default=True, show_default=True,
               help="Also measure memory read bandwidth and report tg as a fraction of the bound.")
 @_THREADS_OPTION
+@_wq_options
 @friendly_errors
-def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads):
+def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads, wq):
     """Benchmark MODEL as llama-bench does: pp<P> (prompt processing, t/s) and tg<N> (decoding,
     t/s), mean ± sd over the repetitions."""
     import json
@@ -467,7 +500,7 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads):
     from llmrt.progress import Progress
 
     t0 = time.perf_counter()
-    m = _load_model(model, threads, max(n_prompt, n_gen, 1))
+    m = _load_model(model, threads, max(n_prompt, n_gen, 1), wq)
     load_s = time.perf_counter() - t0
     n_runs = repetitions * ((n_prompt > 0) + (n_gen > 0))
     with Progress(total=n_runs, desc="bench") as bar:
@@ -495,3 +528,21 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads):
                    f"per token / {bound['read_bandwidth_gb_s']:.1f} GB/s read ({bound['n_threads']} "
                    f"threads) = {bound['tg_bound_t_s']:.1f} t/s; {tg.test} reaches "
                    f"{100 * tg.t_s / bound['tg_bound_t_s']:.0f} % of it")
+@main.command()
+@click.argument("input_path", metavar="IN.gguf")
+@click.argument("output_path", metavar="OUT.gguf")
+@click.argument("qtype", metavar="TYPE", type=click.Choice(
+    ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"],
+    case_sensitive=False))
+@_THREADS_OPTION
+@friendly_errors
+def quantize(input_path, output_path, qtype, threads):
+    """Quantize IN.gguf (F32/F16/BF16) to TYPE and write OUT.gguf, choosing each tensor's type
+    as llama-quantize does (the output tensor Q6_K, norms F32, q4_k = Q4_K_M, ...)."""
+    from llmrt.model import physical_core_count
+    from llmrt.quantize import quantize_file
+
+    if not os.path.isfile(input_path):
+        raise FileNotFoundError(f"no such file: {input_path}")
+    r = quantize_file(input_path, output_path, qtype, n_threads=threads or physical_core_count())
+    _log(r.summary())

@@ -58,8 +58,9 @@ def _as_id_list(ids) -> List[int]:
 class _Weights:
     """`w(name)` gives the graph handle of a weight tensor, wrapped once per graph (zero-copy)."""
 
-    def __init__(self, g, f: GGUFFile):
+    def __init__(self, g, f: GGUFFile, replaced=None):
         self.g, self.f, self.handles = g, f, {}
+        self.replaced = replaced or {}     # {name: (data, type_id, shape)}: weights quantized at load
 
     def has(self, name):
         return name in self.f.tensors
@@ -67,6 +68,10 @@ class _Weights:
     def __call__(self, name):
         h = self.handles.get(name)
         if h is None:
+            r = self.replaced.get(name)
+            if r is not None:
+                h = self.handles[name] = self.g.weight(r[0], r[1], r[2])
+                return h
             t = self.f.tensors.get(name)
             if t is None:
                 raise ModelFormatError(f"{self.f.path}: missing tensor {name}")
@@ -257,12 +262,21 @@ _UNBUILT = object()
 
 
 class Model:
-    """A GGUF model. `path` may also be a known short name (see llmrt.hub)."""
+    """A GGUF model. `path` may also be a known short name (see llmrt.hub).
+
+    Weight-only quantization at load (F32/F16/BF16 models; llmrt/wquant.py): weight_dtype
+    "int4" | "int8" turns it on; group_size 32 | 64 | 128 | -1 (per channel; default 32),
+    scheme "sym" | "asym" (default sym), compute_dtype "int8" | "fp32" | "bf16" (default int8).
+    weight_dtype on an already-quantized model raises ValueError."""
 
     def __init__(self, path: Union[str, os.PathLike], n_threads: Optional[int] = None,
-                 ctx_size: int = 4096, kv_dtype: str = "f16"):
+                 ctx_size: int = 4096, kv_dtype: str = "f16", weight_dtype: Optional[str] = None,
+                 group_size: Optional[int] = None, scheme: Optional[str] = None,
+                 compute_dtype: Optional[str] = None):
+        from llmrt import wquant
         from llmrt import hub
 
+        self.wq = wquant.make_config(weight_dtype, group_size, scheme, compute_dtype)
         path = hub.resolve_model(path)
         self.path = str(path)
         self.gguf = GGUFFile(self.path)
@@ -290,6 +304,10 @@ class Model:
         # bucket's graph; LLMRT_PACK=0 keeps them plain (the vec_dot path, for comparisons)
         self._packs = {}
         self._pack = os.environ.get("LLMRT_PACK", "1") != "0"
+        # {name: (blocks, type_id, shape)} of the matmul weights quantized at load (else empty)
+        self._replaced, self.wq_summary = {}, ""
+        if self.wq is not None:
+            self._replaced, self.wq_summary = wquant.quantize_weights(self.gguf, self.wq, self.n_threads)
         self._all_logits_batch = max(1, min(N_BATCH, ALL_LOGITS_BATCH_BYTES // (4 * self.n_vocab)))
         log.info("llmrt: %s: arch %s, %d layers, n_embd %d, vocab %d; ISA %s, %d threads, kv cache %s",
                  os.path.basename(self.path), self.arch, self.hparams.n_layer, self.hparams.n_embd,
@@ -359,7 +377,7 @@ class Model:
         g = self._graphs.get(key)
         if g is None:
             g = _core.Graph(cap, self.n_threads, packs=self._packs, pack=self._pack)
-            self.family.build_graph(g, self.hparams, _Weights(g, self.gguf), None, all_logits)
+            self.family.build_graph(g, self.hparams, _Weights(g, self.gguf, self._replaced), None, all_logits)
             g.build()
             self._graphs[key] = g
             log.debug("built graph for batch <= %d (all_logits=%s): %d nodes, arena %.1f MiB",

@@ -59,7 +59,21 @@ typedef enum {
     LLMRT_TYPE_I64 = 27,
     LLMRT_TYPE_F64 = 28,
     LLMRT_TYPE_BF16 = 30,
-    LLMRT_TYPE_COUNT = 40, /* size of per-type tables; ids without traits are unsupported */
+    /* llmrt-private ids (weight-only quantization at load, llmrt/wquant.py), above ggml's: they
+     * live in memory only and are NEVER written to a GGUF file. WQ_Q8A is int8 asym (block_q8a,
+     * int8 compute against Q8_1 activations); the *_F32 / *_BF16 ids have the block layout of the
+     * named type (Q4_0 / Q4_1 / Q8_0 / WQ_Q8A) but take f32 (compute_dtype "fp32") or bf16
+     * (compute_dtype "bf16") activations: their vec_dot dequantizes each block and fma's it. */
+    LLMRT_TYPE_WQ_Q8A = 48,
+    LLMRT_TYPE_WQ_Q4_0_F32 = 49,
+    LLMRT_TYPE_WQ_Q4_1_F32 = 50,
+    LLMRT_TYPE_WQ_Q8_0_F32 = 51,
+    LLMRT_TYPE_WQ_Q8A_F32 = 52,
+    LLMRT_TYPE_WQ_Q4_0_BF16 = 53,
+    LLMRT_TYPE_WQ_Q4_1_BF16 = 54,
+    LLMRT_TYPE_WQ_Q8_0_BF16 = 55,
+    LLMRT_TYPE_WQ_Q8A_BF16 = 56,
+    LLMRT_TYPE_COUNT = 64, /* size of per-type tables; ids without traits are unsupported */
 } llmrt_type;
 
 /* Kernel signatures. k = number of elements (a multiple of the type's block size). */
@@ -205,6 +219,22 @@ void llmrt_register_dot_kernels_avx512_vnni(llmrt_kernel_table *kt);
  * kernels of the same level (they copy its vec_dot pointers into attn_pv_dot). */
 void llmrt_register_attn_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_attn_kernels_avx2(llmrt_kernel_table *kt);
+/* Kernels of the llmrt-private weight-only types (csrc/kernels/wq_generic.c, x86/wq_avx2.c). */
+void llmrt_register_wq_kernels_generic(llmrt_kernel_table *kt);
+void llmrt_register_wq_kernels_avx2(llmrt_kernel_table *kt);
+
+/* ---- weight-only quantization at load (csrc/wquant.c) ----------------------------------------- */
+
+/* Group-wise quantization of one row x[k] into blocks of `type` (Q4_0 int4 sym, Q4_1 int4 asym,
+ * Q8_0 int8 sym, WQ_Q8A int8 asym, or one of their _F32/_BF16 variants). `group` is a multiple
+ * of 32 (or <= 0: the whole row is one group): one scale (and min) is computed per group of
+ * `group` elements (the last group may be shorter, still a multiple of 32) and written into
+ * every 32-block of the group, so the blocks hold exactly the group-wise quantized values.
+ * k must be a multiple of 32. Returns LLMRT_OK or LLMRT_EINVAL / LLMRT_EUNSUPPORTED. */
+int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group);
+/* The GGUF block layout a private type shares (Q4_0, Q4_1, Q8_0 or WQ_Q8A); the type itself
+ * for the others. */
+int llmrt_wq_layout(int type);
 
 /* ---- half / bfloat16 conversion (scalar, exact, round-to-nearest-even) ------------------------- */
 

@@ -71,6 +71,15 @@ typedef struct {
 } block_q8_1;
 _Static_assert(sizeof(block_q8_1) == 4 + QK8_1, "wrong q8_1 block size");
 
+/* llmrt-private (never in a GGUF file): int8 asymmetric weights, x = (q + 128) * d + m, i.e.
+ * the stored int8 q is the unsigned quant 0..255 minus 128 and m is the group's minimum. */
+typedef struct {
+    llmrt_fp16_t d;          /* delta: (max - min) / 255 of the group */
+    llmrt_fp16_t m;          /* min of the group */
+    int8_t qs[32];           /* unsigned quant - 128 */
+} block_q8a;
+_Static_assert(sizeof(block_q8a) == 4 + 32, "wrong q8a block size");
+
 /* K-quants: super-blocks of QK_K elements. */
 #define QK_K 256
 #define K_SCALE_SIZE 12

@@ -1,0 +1,332 @@
+"""`llmrt quantize IN.gguf OUT.gguf TYPE`: write a quantized GGUF that llama.cpp treats as its own.
+
+    from llmrt.quantize import quantize_file
+    quantize_file("model-f16.gguf", "model-q4_0.gguf", "q4_0", n_threads=2)
+
+TYPE is q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k or q6_k. The per-tensor choices
+follow llama-quantize (src/llama-quant.cpp: tensor_allows_quantization, llama_tensor_get_type,
+tensor_type_fallback), without an importance matrix:
+  - only 2-D tensors whose name ends in "weight" are quantized, never "*_norm.weight"; 1-D tensors
+    (norms, biases) keep their type;
+  - the output tensor (or token_embd when the model has no output.weight: tied embeddings)
+    becomes Q6_K for every type but q8_0 (Q8_0 if its rows are not a multiple of the block size);
+  - q2_k / q3_k / q4_k / q5_k are llama.cpp's mixtures Q2_K, Q3_K_M, Q4_K_M, Q5_K_M: attn_v,
+    ffn_down, attn_output and attn_qkv get more bits in the same layers as llama.cpp;
+  - a row length that is not a multiple of the block size falls back as llama.cpp does (Q2_K,
+    Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; F16 if still not divisible); for the
+    32-block types llama.cpp has no fallback and neither do we (ValueError);
+  - general.file_type is set to llama.cpp's ftype and general.quantization_version to 2; every
+    other key is copied; the alignment is kept.
+Quantization uses the reference rounding (llmrt.quants = ggml's quantize_row_*_ref), so a q4_0
+file's tensor bytes equal llama-quantize's. Sources may be F32 / F16 / BF16; quantized sources
+are dequantized first (with a warning: that loses accuracy twice). The file is written to a
+temporary name next to OUT and renamed at the end, so an error leaves nothing half-written.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+from llmrt import quants
+from llmrt.gguf import GGUFFile
+from llmrt.progress import Progress
+
+log = logging.getLogger("llmrt")
+
+# TYPE -> (default tensor type, llama_ftype: LLAMA_FTYPE_MOSTLY_* of llama.h)
+QUANT_TYPES = {
+    "q4_0": ("Q4_0", 2), "q4_1": ("Q4_1", 3), "q8_0": ("Q8_0", 7), "q5_0": ("Q5_0", 8),
+    "q5_1": ("Q5_1", 9), "q2_k": ("Q2_K", 10), "q3_k": ("Q3_K", 12),  # Q3_K_M
+    "q4_k": ("Q4_K", 15),  # Q4_K_M
+    "q5_k": ("Q5_K", 17),  # Q5_K_M
+    "q6_k": ("Q6_K", 18),
+}
+FLOAT_TYPES = {0, 1, 30}        # F32, F16, BF16
+_FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+ROWS_PER_TASK = 256
+
+
+def _allows_quantization(name: str, shape) -> bool:
+    """llama.cpp's tensor_allows_quantization for the architectures llmrt runs."""
+    if len(shape) < 2 or not name.endswith("weight"):
+        return False
+    return not any(s in name for s in ("_norm.weight", "ffn_gate_inp.weight", "position_embd",
+                                       "token_types", "attn_rel_b.weight", "ssm_conv1d"))
+
+
+def _category(name: str) -> str:
+    if name == "output.weight":
+        return "output"
+    if name == "token_embd.weight":
+        return "token_embd"
+    for key, cat in (("attn_qkv.weight", "attn_qkv"), ("attn_kv_b.weight", "attn_v"),
+                     ("attn_v.weight", "attn_v"), ("attn_k.weight", "attn_k"),
+                     ("attn_q.weight", "attn_q"), ("attn_output.weight", "attn_output"),
+                     ("ffn_up", "ffn_up"), ("ffn_gate", "ffn_gate"), ("ffn_down", "ffn_down")):
+        if key in name:
+            return cat
+    return "other"
+
+
+def _layer(name: str, counter: int) -> int:
+    """Layer index of a blk.N.* tensor (llama.cpp visits the tensors in layer order), else the
+    running counter."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
+        return int(parts[1])
+    return counter
+
+
+def _use_more_bits(i: int, n: int) -> bool:
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def plan_types(f: GGUFFile, qtype: str) -> Dict[str, str]:
+    """{tensor name: output type name} as llama-quantize picks them for TYPE `qtype`."""
+    default, ftype = QUANT_TYPES[qtype]
+    tensors = f.tensors
+    tied = "output.weight" not in tensors
+    arch = f.architecture
+    n_head = f.arch_get("attention.head_count", 1)
+    n_head_kv = f.arch_get("attention.head_count_kv", n_head) or n_head
+    n_head = int(np.max(n_head)) if np.ndim(n_head) else int(n_head)
+    n_head_kv = int(np.max(n_head_kv)) if np.ndim(n_head_kv) else int(n_head_kv)
+    n_gqa = n_head // max(1, n_head_kv)
+    n_attn_v = sum(1 for n in tensors if _category(n) == "attn_v")
+    n_ffn_down = sum(1 for n in tensors if _category(n) == "ffn_down")
+    i_attn_v = i_ffn_down = 0
+    plan = {}
+    for name, t in tensors.items():
+        if not _allows_quantization(name, t.shape):
+            plan[name] = quants.type_name(t.type)
+            continue
+        cat = _category(name)
+        new = default
+        if cat == "output" or (tied and cat == "token_embd"):
+            if t.shape[0] % quants.block_size(default) != 0:
+                new = "Q8_0"
+            elif default != "Q8_0":
+                new = "Q6_K"
+        elif cat in ("attn_v", "attn_qkv"):        # llama.cpp's category_is_attn_v
+            if ftype == 10:
+                new = "Q4_K" if n_gqa >= 4 else "Q3_K"
+            elif ftype == 12:
+                new = "Q5_K" if _layer(name, i_attn_v) < 2 else "Q4_K"
+            elif ftype in (15, 17) and _use_more_bits(_layer(name, i_attn_v), n_attn_v):
+                new = "Q6_K"
+            i_attn_v += 1
+        elif cat == "ffn_down":
+            i, n = _layer(name, i_ffn_down), n_ffn_down
+            if ftype == 10:
+                new = "Q3_K"
+            elif ftype == 12:
+                new = "Q5_K" if i < n // 16 else (
+                    "Q4_K" if arch != "falcon" or _use_more_bits(i, n) else "Q3_K")
+            elif ftype == 15:
+                if arch == "falcon":
+                    new = "Q6_K" if i < n // 16 else ("Q5_K" if _use_more_bits(i, n) else "Q4_K")
+                elif _use_more_bits(i, n):
+                    new = "Q6_K"
+            elif ftype == 17 and _use_more_bits(i, n):
+                new = "Q6_K"
+            i_ffn_down += 1
+        elif cat == "attn_output" and arch != "falcon":
+            if ftype == 10:
+                new = "Q3_K"
+            elif ftype == 12:
+                new = "Q4_K"
+        # incompatible row length: llama.cpp's tensor_type_fallback
+        if t.shape[0] % quants.block_size(new) != 0:
+            fb = _FALLBACK.get(new)
+            if fb is None:
+                raise ValueError(f"{name}: rows of {t.shape[0]} elements are not a multiple of the "
+                                 f"{new} block size ({quants.block_size(new)}) and llama.cpp has no "
+                                 f"fallback type for {new}")
+            if t.shape[0] % quants.block_size(fb) != 0:
+                fb = "F16"
+            log.warning("llmrt: %s: %d columns not divisible by %d (%s): falling back to %s",
+                        name, t.shape[0], quants.block_size(new), new, fb)
+            new = fb
+        plan[name] = new
+    return plan
+
+
+def tensor_f32(t) -> np.ndarray:
+    """Rows of tensor t as float32, numpy order (..., ne0)."""
+    if t.type == 0:
+        return np.asarray(t.data)
+    rows = int(np.prod(t.shape[1:])) if len(t.shape) > 1 else 1
+    raw = np.ascontiguousarray(t.data).view(np.uint8).reshape(rows, -1)
+    return quants.dequantize(raw, t.type).reshape(tuple(reversed(t.shape)))
+
+
+def convert(src: np.ndarray, type_name: str, n_threads: int = 1,
+            on_rows: Optional[Callable[[int], None]] = None) -> np.ndarray:
+    """Float rows src (rows, k) -> bytes of type_name: uint8 (rows, row_bytes), or float16 /
+    float32 arrays for F16 / F32, in ROWS_PER_TASK chunks on n_threads threads."""
+    rows, k = src.shape
+    if type_name in ("F32", "F16"):
+        out = np.asarray(src, dtype=np.float32 if type_name == "F32" else np.float16)
+        if on_rows:
+            on_rows(rows)
+        return out
+    out = np.empty((rows, quants.row_size(type_name, k)), dtype=np.uint8)
+
+    def work(r0):
+        r1 = min(r0 + ROWS_PER_TASK, rows)
+        out[r0:r1] = quants.quantize(src[r0:r1], type_name)
+        return r1 - r0
+
+    with ThreadPoolExecutor(max_workers=max(1, n_threads)) as pool:
+        for n in pool.map(work, range(0, rows, ROWS_PER_TASK)):
+            if on_rows:
+                on_rows(n)
+    return out
+
+
+def write_gguf(f: GGUFFile, out_path: str, types: Dict[str, str], n_threads: int = 1,
+               extra_kv: Optional[dict] = None, desc: str = "quantizing",
+               progress: Optional[bool] = None) -> Tuple[int, int]:
+    """Write f's keys (updated by extra_kv: {key: (value, GGUFValueType)}) and its tensors, each
+    converted to types[name], to out_path (through a temporary file renamed at the end).
+    Returns (bytes of tensor data in, out)."""
+    from gguf import GGUFValueType, GGUFWriter, GGMLQuantizationType
+
+    out_path = os.fspath(out_path)
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    fd, tmp = tempfile.mkstemp(prefix=".llmrt-quantize-", suffix=".gguf.tmp", dir=out_dir)
+    os.close(fd)
+    try:
+        w = GGUFWriter(tmp, f.architecture)
+        w.data_alignment = f.alignment
+        extra_kv = dict(extra_kv or {})
+        for key, value in f.metadata.items():
+            if key == "general.architecture":
+                continue
+            if key in extra_kv:
+                v, vt = extra_kv.pop(key)
+                w.add_key_value(key, v, vt)
+                continue
+            vt = f.kv_types[key]
+            if isinstance(vt, tuple):
+                sub = GGUFValueType(vt[1])
+                if isinstance(value, np.ndarray):
+                    value = value.tolist()
+                w.add_key_value(key, list(value), GGUFValueType.ARRAY, sub)
+            else:
+                w.add_key_value(key, value, GGUFValueType(vt))
+        for key, (v, vt) in extra_kv.items():
+            w.add_key_value(key, v, vt)
+        for name, t in f.tensors.items():
+            tn = types[name]
+            tid = quants.type_id(tn)
+            nbytes = quants.row_size(tn, t.shape[0]) * (t.n_elements // t.shape[0])
+            shape = tuple(reversed(t.shape))
+            w.add_tensor_info(name, shape, np.dtype(np.float32), nbytes,
+                              raw_dtype=GGMLQuantizationType(tid))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        n_in = n_out = 0
+        total_rows = sum(t.n_elements // t.shape[0] for t in f.tensors.values())
+        with Progress(total=total_rows, desc=desc, unit="rows", enabled=progress) as bar:
+            for name, t in f.tensors.items():
+                tn = types[name]
+                rows = t.n_elements // t.shape[0]
+                if tn == quants.type_name(t.type):        # kept as is: copy the bytes
+                    data = np.ascontiguousarray(t.data)
+                    bar.update(rows)
+                else:
+                    x = tensor_f32(t).reshape(rows, t.shape[0])
+                    data = convert(x, tn, n_threads, bar.update)
+                w.write_tensor_data(data)
+                n_in += t.nbytes
+                n_out += data.nbytes
+        w.close()
+        os.replace(tmp, out_path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return n_in, n_out
+
+
+@dataclass
+class QuantizeResult:
+    in_path: str
+    out_path: str
+    qtype: str
+    plan: Dict[str, str]        # {tensor name: type written}
+    bytes_in: int               # tensor data
+    bytes_out: int
+    seconds: float
+
+    def summary(self) -> str:
+        counts: Dict[str, int] = {}
+        for tn in self.plan.values():
+            counts[tn] = counts.get(tn, 0) + 1
+        return (f"quantized {self.in_path} -> {self.out_path} ({self.qtype}): "
+                f"{self.bytes_in / 1e6:.1f} MB -> {self.bytes_out / 1e6:.1f} MB in "
+                f"{self.seconds:.1f} s; tensors: "
+                + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
+
+
+def quantize_file(in_path, out_path, qtype: str, n_threads: int = 1,
+                  progress: Optional[bool] = None) -> QuantizeResult:
+    """Quantize a GGUF file to TYPE `qtype` (see the module doc)."""
+    from gguf import GGUFValueType
+
+    q = str(qtype).lower()
+    if q not in QUANT_TYPES:
+        raise ValueError(f"[quantize] TYPE must be one of {', '.join(QUANT_TYPES)}, got {qtype!r}")
+    if os.path.abspath(in_path) == os.path.abspath(out_path):
+        raise ValueError("[quantize] OUT must differ from IN")
+    t0 = time.perf_counter()
+    f = GGUFFile(in_path)
+    try:
+        plan = plan_types(f, q)
+        requant = sorted({t.type_name for n, t in f.tensors.items()
+                          if t.type not in FLOAT_TYPES and plan[n] != t.type_name})
+        if requant:
+            log.warning("llmrt: %s has quantized tensors (%s): they are dequantized and quantized "
+                        "again, which loses accuracy twice; quantize from an F32/F16/BF16 file "
+                        "when you can", os.path.basename(f.path), ", ".join(requant))
+        for n, t in f.tensors.items():
+            if not quants.can_dequantize(t.type) and plan[n] != t.type_name:
+                raise ValueError(f"[quantize] {n}: cannot convert {t.type_name} tensors")
+        ftype = QUANT_TYPES[q][1]
+        extra = {"general.file_type": (ftype, GGUFValueType.UINT32),
+                 "general.quantization_version": (2, GGUFValueType.UINT32)}
+        n_in, n_out = write_gguf(f, out_path, plan, n_threads, extra, progress=progress)
+    finally:
+        f.close()
+    r = QuantizeResult(os.fspath(in_path), os.fspath(out_path), q, plan, n_in, n_out,
+                       time.perf_counter() - t0)
+    log.info("llmrt: %s", r.summary())
+    return r
+
+
+def float_file(in_path, out_path, float_type: str = "F16", progress: Optional[bool] = None) -> None:
+    """Dequantize every quantized tensor of a GGUF file to F16 (or F32 / ... ), keeping F32 / F16 /
+    BF16 tensors as they are: a float model to test quantization with (tools/make_f16.py).
+    general.file_type becomes 1 (MOSTLY_F16) or 0 (ALL_F32)."""
+    from gguf import GGUFValueType
+
+    f = GGUFFile(in_path)
+    try:
+        types = {n: (quants.type_name(t.type) if t.type in FLOAT_TYPES else float_type)
+                 for n, t in f.tensors.items()}
+        ftype = {"F32": 0, "F16": 1}[float_type]
+        write_gguf(f, out_path, types, 1, {"general.file_type": (ftype, GGUFValueType.UINT32)},
+                   desc="dequantizing", progress=progress)
+    finally:
+        f.close()

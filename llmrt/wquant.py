@@ -1,0 +1,197 @@
+"""Weight-only quantization at load (neural-speed's knobs) for F32 / F16 / BF16 GGUF models.
+
+    model = Model("model-f16.gguf", weight_dtype="int4", group_size=32, scheme="sym",
+                  compute_dtype="int8")
+
+Every matmul weight (2-D `*.weight` tensors that feed mul_mat: the projections, the output
+head, and token_embd when it is the tied output) is quantized once, at load, in C
+(csrc/wquant.c); 1-D tensors (norms, biases) and an untied token_embd (it only feeds get_rows)
+stay as they are. The graph does not change: the result is a tensor of a block type that has
+kernels already.
+
+    weight_dtype  scheme   compute int8         compute fp32 / bf16
+    int4          sym      Q4_0  (x Q8_0)       WQ_Q4_0_F32 / WQ_Q4_0_BF16
+    int4          asym     Q4_1  (x Q8_1)       WQ_Q4_1_F32 / WQ_Q4_1_BF16
+    int8          sym      Q8_0  (x Q8_0)       WQ_Q8_0_F32 / WQ_Q8_0_BF16
+    int8          asym     WQ_Q8A (x Q8_1)      WQ_Q8A_F32  / WQ_Q8A_BF16
+
+group_size 32 | 64 | 128 | -1 (one group per output channel, i.e. per row): one scale (and min)
+per group, written into each 32-block of the group, so the values are exactly group-wise
+quantization. Memory: the scale is repeated per 32-block, so every group size costs what group
+32 costs (int4 sym 4.5 bits per weight, int4 asym 5, int8 sym 8.5, int8 asym 9). A row whose
+length is not a multiple of 32 keeps its float type (logged). The WQ_* ids are llmrt-private
+(llmrt.h) and never written to a file.
+
+compute_dtype: int8 quantizes the activations to int8 blocks (Q8_0 / Q8_1, integer dots);
+fp32 keeps them f32 and dequantizes each weight block inside the dot; bf16 rounds them to
+bf16 first.
+
+A model whose matmul weights are already quantized raises ValueError (re-quantizing a quantized
+model at load would only lose accuracy; use `llmrt quantize` to make a new file).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from llmrt import _core
+from llmrt.progress import Progress
+
+log = logging.getLogger("llmrt")
+
+WEIGHT_DTYPES = ("int4", "int8")
+GROUP_SIZES = (32, 64, 128, -1)
+SCHEMES = ("sym", "asym")
+COMPUTE_DTYPES = ("int8", "fp32", "bf16")
+FLOAT_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
+
+# (weight_dtype, scheme) -> {compute_dtype: type name}
+_TYPES = {
+    ("int4", "sym"): {"int8": "Q4_0", "fp32": "WQ_Q4_0_F32", "bf16": "WQ_Q4_0_BF16"},
+    ("int4", "asym"): {"int8": "Q4_1", "fp32": "WQ_Q4_1_F32", "bf16": "WQ_Q4_1_BF16"},
+    ("int8", "sym"): {"int8": "Q8_0", "fp32": "WQ_Q8_0_F32", "bf16": "WQ_Q8_0_BF16"},
+    ("int8", "asym"): {"int8": "WQ_Q8A", "fp32": "WQ_Q8A_F32", "bf16": "WQ_Q8A_BF16"},
+}
+_NAME_TO_ID = {tt[0]: i for i in range(256) if (tt := _core.type_traits(i)) is not None}
+ROWS_PER_TASK = 64      # rows quantized per C call (progress granularity, thread work unit)
+
+
+@dataclass(frozen=True)
+class WQConfig:
+    weight_dtype: str               # int4 | int8
+    group_size: int                 # 32 | 64 | 128 | -1 (per output channel)
+    scheme: str                     # sym | asym
+    compute_dtype: str              # int8 | fp32 | bf16
+
+    @property
+    def type_name(self) -> str:
+        return _TYPES[(self.weight_dtype, self.scheme)][self.compute_dtype]
+
+    @property
+    def type_id(self) -> int:
+        return _NAME_TO_ID[self.type_name]
+
+    def describe(self) -> str:
+        g = "per-channel" if self.group_size == -1 else str(self.group_size)
+        return (f"{self.weight_dtype} {self.scheme}, group {g}, compute {self.compute_dtype} "
+                f"({self.type_name} blocks)")
+
+
+def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = None,
+                scheme: Optional[str] = None, compute_dtype: Optional[str] = None) -> Optional[WQConfig]:
+    """Validate the knobs. None when weight_dtype is None (no quantization at load); defaults
+    group 32, sym, int8 compute (DESIGN.md §3). ValueError naming the allowed values."""
+    if weight_dtype is None:
+        given = [n for n, v in (("group_size", group_size), ("scheme", scheme),
+                                ("compute_dtype", compute_dtype)) if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} needs weight_dtype (one of "
+                             f"{', '.join(WEIGHT_DTYPES)}): quantization at load is off without it")
+        return None
+    wd = str(weight_dtype).lower()
+    if wd not in WEIGHT_DTYPES:
+        raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)} (or None), "
+                         f"got {weight_dtype!r}")
+    gs = 32 if group_size is None else group_size
+    try:
+        gs = int(gs)
+    except (TypeError, ValueError):
+        gs = None
+    if gs not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {', '.join(map(str, GROUP_SIZES))} "
+                         f"(-1: per output channel), got {group_size!r}")
+    sc = "sym" if scheme is None else str(scheme).lower()
+    if sc not in SCHEMES:
+        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    cd = "int8" if compute_dtype is None else str(compute_dtype).lower()
+    if cd not in COMPUTE_DTYPES:
+        raise ValueError(f"compute_dtype must be one of {', '.join(COMPUTE_DTYPES)}, "
+                         f"got {compute_dtype!r}")
+    return WQConfig(wd, gs, sc, cd)
+
+
+def matmul_weight_names(tensors) -> list:
+    """Names of the 2-D weights that feed mul_mat: every 2-D `*.weight` except an untied
+    token_embd (get_rows only). `tensors`: {name: TensorInfo}."""
+    tied = "output.weight" not in tensors
+    out = []
+    for name, t in tensors.items():
+        if len(t.shape) != 2 or not name.endswith(".weight"):
+            continue
+        if name == "token_embd.weight" and not tied:
+            continue
+        out.append(name)
+    return out
+
+
+def to_f32(t) -> np.ndarray:
+    """A float tensor's rows as float32 (numpy order: (rows, ne0))."""
+    data = t.data
+    if t.type == 30:  # BF16 raw bits
+        return (data.astype(np.uint32) << 16).view(np.float32).reshape(data.shape)
+    return np.asarray(data, dtype=np.float32)
+
+
+def quantize_tensor(x: np.ndarray, type_id: int, group_size: int) -> np.ndarray:
+    """Group-wise quantize float rows x (rows, k) into (rows, k/32*type_size) uint8 blocks."""
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
+    ts = _core.type_traits(type_id)[2]
+    out = np.empty((x.shape[0], x.shape[1] // 32 * ts), dtype=np.uint8)
+    _core.wq_quantize_rows(x, out, type_id, group_size)
+    return out
+
+
+def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
+                     progress: Optional[bool] = None) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
+    """Quantize gguf's matmul weights per cfg. Returns ({name: (blocks uint8, type_id, shape)}
+    for the graph (shape in ggml order), a one-line summary for logs). ValueError if a matmul
+    weight is already quantized."""
+    names = matmul_weight_names(gguf.tensors)
+    bad = [(n, gguf.tensors[n].type_name) for n in names if gguf.tensors[n].type not in FLOAT_TYPES]
+    if bad:
+        kinds = sorted({k for _, k in bad})
+        raise ValueError(
+            f"weight_dtype needs an F32/F16/BF16 model, but {gguf.path} has {len(bad)} quantized "
+            f"matmul weights ({', '.join(kinds)}; e.g. {bad[0][0]}): load it without weight_dtype "
+            f"(or quantize a float model with `llmrt quantize`)")
+    t0 = time.perf_counter()
+    todo, skipped = [], []
+    for n in names:
+        t = gguf.tensors[n]
+        (todo if t.shape[0] % 32 == 0 else skipped).append(t)
+    for t in skipped:
+        log.warning("llmrt: %s: rows of %d elements are not a multiple of 32: kept as %s",
+                    t.name, t.shape[0], t.type_name)
+    tid, ts = cfg.type_id, _core.type_traits(cfg.type_id)[2]
+    total_rows = sum(t.shape[1] for t in todo)
+    out: Dict[str, Tuple[np.ndarray, int, tuple]] = {}
+    bytes_before = sum(t.nbytes for t in todo)
+    with Progress(total=total_rows, desc="quantizing", unit="rows", enabled=progress) as bar, \
+            ThreadPoolExecutor(max_workers=max(1, n_threads)) as pool:
+        for t in todo:
+            k, rows = t.shape[0], t.shape[1]
+            blocks = np.empty((rows, k // 32 * ts), dtype=np.uint8)
+            src = t.data
+
+            def work(r0, t=t, src=src, blocks=blocks, k=k):
+                r1 = min(r0 + ROWS_PER_TASK, blocks.shape[0])
+                if t.type == 30:
+                    x = (src[r0:r1].astype(np.uint32) << 16).view(np.float32)
+                else:
+                    x = np.asarray(src[r0:r1], dtype=np.float32)
+                _core.wq_quantize_rows(np.ascontiguousarray(x), blocks[r0:r1], tid, cfg.group_size)
+                return r1 - r0
+
+            for n in pool.map(work, range(0, rows, ROWS_PER_TASK)):
+                bar.update(n)
+            out[t.name] = (blocks, tid, tuple(t.shape))
+    bytes_after = sum(v[0].nbytes for v in out.values())
+    summary = (f"quantized {len(out)} weights at load: {cfg.describe()}; {bytes_before / 1e6:.1f} MB "
+               f"-> {bytes_after / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s")
+    log.info("llmrt: %s", summary)
+    return out, summary

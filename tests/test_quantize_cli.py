@@ -1,0 +1,239 @@
+"""The weight-only quantization flags on the CLI, and `llmrt quantize` (llmrt/quantize.py):
+the file it writes is read back by llmrt's reader and by gguf.GGUFReader with llama-quantize's
+type choices, keys copied, errors leave nothing behind, and (slow) its q4_0 of an F16 SmolLM2 is
+tensor for tensor llama.cpp's own q4_0 (tests/data/quantize_ref.json, tools/llamacpp_quantize_ref.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import llmrt.model
+from fake_lm import FakeModel
+from llmrt import quants
+from llmrt.cli import main
+from llmrt.gguf import GGUFFile
+from llmrt.model import Model
+
+HERE = os.path.dirname(__file__)
+
+
+def run(args, input=None):
+    return CliRunner().invoke(main, args, input=input, catch_exceptions=False)
+
+
+# ---- flags on the commands that load a model ----------------------------------------------------
+
+@pytest.fixture
+def models(monkeypatch):
+    made = []
+
+    class M(FakeModel):
+        def __init__(self, path, **kw):
+            super().__init__(path, reply="ok", **{k: v for k, v in kw.items()
+                                                  if k in ("n_threads", "ctx_size")})
+            self.kw = kw
+            made.append(self)
+
+    monkeypatch.setattr(llmrt.model, "Model", M)
+    return made
+
+
+@pytest.fixture
+def fake_gguf(tmp_path):
+    p = tmp_path / "fake.gguf"
+    p.write_bytes(b"GGUF")
+    return str(p)
+
+
+@pytest.mark.parametrize("cmd", [["generate", "-p", "Hi", "-n", "2", "--temp", "0"],
+                                 ["chat", "--temp", "0"]])
+def test_wq_flags_reach_the_model(models, fake_gguf, cmd):
+    args = [cmd[0], fake_gguf, *cmd[1:], "--weight-dtype", "int8", "--group-size", "-1",
+            "--scheme", "asym", "--compute-dtype", "bf16"]
+    r = run(args, input="Hello\n")
+    assert r.exit_code == 0, r.output
+    kw = models[0].kw
+    assert (kw["weight_dtype"], kw["group_size"], kw["scheme"], kw["compute_dtype"]) == \
+        ("int8", -1, "asym", "bf16")
+
+
+def test_wq_flags_default_to_off(models, fake_gguf):
+    assert run(["generate", fake_gguf, "-p", "Hi", "-n", "1", "--temp", "0"]).exit_code == 0
+    assert "weight_dtype" not in models[0].kw
+
+
+@pytest.mark.parametrize("flag, value", [("--weight-dtype", "int2"), ("--group-size", "16"),
+                                         ("--scheme", "nf4"), ("--compute-dtype", "fp16")])
+def test_wq_flags_reject_bad_values(models, fake_gguf, flag, value):
+    r = run(["generate", fake_gguf, "-p", "Hi", flag, value])
+    assert r.exit_code == 2 and "Invalid value" in r.output
+
+
+def test_perplexity_has_wq_flags():
+    r = run(["perplexity", "--help"])
+    for flag in ("--weight-dtype", "--group-size", "--scheme", "--compute-dtype"):
+        assert flag in r.output
+
+
+# ---- llmrt quantize on a tiny model -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny llama in F32 with rows of 256 (so the K-quants apply) and F16 (tied embeddings)."""
+    pytest.importorskip("transformers")
+    from hf_gguf import tiny_model, write_gguf
+    d = tmp_path_factory.mktemp("quant")
+    model, config = tiny_model("llama", seed=3, hidden_size=256, intermediate_size=512,
+                               head_dim=64, num_hidden_layers=8)
+    f32 = str(write_gguf(model, config, d / "f32.gguf", dtype="f32"))
+    model, config = tiny_model("llama", seed=4, tie_word_embeddings=True)
+    f16_tied = str(write_gguf(model, config, d / "f16-tied.gguf", dtype="f16"))
+    return {"f32": f32, "f16_tied": f16_tied}
+
+
+def _types(path):
+    import gguf
+    ours = {n: t.type_name for n, t in GGUFFile(path).tensors.items()}
+    theirs = {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
+    assert ours == theirs
+    return ours
+
+
+# expected type per tensor kind, llama-quantize's choices for an 8-layer model with 2-way GQA
+# (use_more_bits(i, 8) is true for layers 0, 3, 6, 7: i < 1, i >= 7, (i - 1) % 3 == 2)
+@pytest.mark.parametrize("qtype, base, ftype", [
+    ("q4_0", "Q4_0", 2), ("q4_1", "Q4_1", 3), ("q5_0", "Q5_0", 8), ("q5_1", "Q5_1", 9),
+    ("q8_0", "Q8_0", 7), ("q2_k", "Q2_K", 10), ("q3_k", "Q3_K", 12), ("q4_k", "Q4_K", 15),
+    ("q5_k", "Q5_K", 17), ("q6_k", "Q6_K", 18)])
+def test_quantize_types_and_keys(tiny, tmp_path, qtype, base, ftype):
+    out = str(tmp_path / f"{qtype}.gguf")
+    r = run(["quantize", tiny["f32"], out, qtype, "-t", "2"])
+    assert r.exit_code == 0, r.output
+    assert f"({qtype})" in r.stderr
+    types = _types(out)
+    src = GGUFFile(tiny["f32"])
+    for name, t in src.tensors.items():
+        if len(t.shape) == 1:
+            assert types[name] == "F32", name                          # norms stay F32
+    assert types["output.weight"] == ("Q8_0" if base == "Q8_0" else "Q6_K")
+    assert types["token_embd.weight"] == base                         # untied: the base type
+    assert types["blk.4.attn_q.weight"] == base
+    more = {0, 3, 6, 7}
+    for i in range(8):
+        v, down, o = (types[f"blk.{i}.{k}.weight"] for k in ("attn_v", "ffn_down", "attn_output"))
+        want_v = {"Q2_K": "Q3_K", "Q3_K": "Q5_K" if i < 2 else "Q4_K"}.get(
+            base, "Q6_K" if base in ("Q4_K", "Q5_K") and i in more else base)
+        want_down = {"Q2_K": "Q3_K", "Q3_K": "Q5_K" if i < 8 // 16 else "Q4_K"}.get(
+            base, "Q6_K" if base in ("Q4_K", "Q5_K") and i in more else base)
+        want_o = {"Q2_K": "Q3_K", "Q3_K": "Q4_K"}.get(base, base)
+        assert (v, down, o) == (want_v, want_down, want_o), i
+    # keys: every key copied, file_type and quantization_version set
+    dst = GGUFFile(out)
+    assert dst.metadata["general.file_type"] == ftype
+    assert dst.metadata["general.quantization_version"] == 2
+    for k, v in src.metadata.items():
+        if k != "general.file_type":
+            assert np.array_equal(dst.metadata[k], v) if isinstance(v, np.ndarray) else dst.metadata[k] == v, k
+    assert dst.alignment == src.alignment
+    # and the tensors hold the reference quantization of the source
+    x = src.tensors["blk.4.attn_q.weight"].data
+    np.testing.assert_array_equal(dst.tensors["blk.4.attn_q.weight"].data, quants.quantize(x, base))
+
+
+# max |logit diff| / max |logit| of the quantized tiny model (8 layers, dim 256, random weights:
+# no structure to spare, so the errors are large) vs f32, measured: q8_0 0.023, q6_k 0.062,
+# q4_0 0.27 (q5_0 0.11, q4_k 0.17, q3_k 0.33, q2_k 0.63); bounds ~2.2x.
+QUANT_LOGIT_RTOL = {"q8_0": 0.05, "q6_k": 0.15, "q4_0": 0.6}
+
+
+def test_quantized_files_run(tiny, tmp_path):
+    ids = [1, 2, 3, 50, 60, 70, 100, 7]
+    ref = Model(tiny["f32"], n_threads=2, ctx_size=32)(ids)
+    errs = {}
+    for qtype, tol in QUANT_LOGIT_RTOL.items():
+        out = str(tmp_path / f"{qtype}.gguf")
+        assert run(["quantize", tiny["f32"], out, qtype]).exit_code == 0
+        got = Model(out, n_threads=2, ctx_size=32)(ids)
+        errs[qtype] = float(np.abs(got - ref).max() / np.abs(ref).max())
+        assert 0 < errs[qtype] < tol, (qtype, errs[qtype])
+    assert errs["q8_0"] < errs["q6_k"] < errs["q4_0"]     # more bits, less error
+
+
+def test_tied_embeddings_and_fallback(tiny, tmp_path):
+    """No output.weight: token_embd is the output, Q6_K's 256-block does not divide rows of 64 ->
+    Q8_0 (llama.cpp's output rule); q4_k's other tensors fall back to Q5_0 (tensor_type_fallback)."""
+    out = str(tmp_path / "q4_k.gguf")
+    assert run(["quantize", tiny["f16_tied"], out, "q4_k"]).exit_code == 0
+    types = _types(out)
+    assert "output.weight" not in types and types["token_embd.weight"] == "Q8_0"
+    assert types["blk.0.attn_q.weight"] == "Q5_0"
+    out0 = str(tmp_path / "q4_0.gguf")
+    assert run(["quantize", tiny["f16_tied"], out0, "q4_0"]).exit_code == 0
+    assert _types(out0)["token_embd.weight"] == "Q8_0"      # Q6_K -> Q8_0: rows of 64
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+def test_quantize_errors(tiny, tmp_path):
+    r = run(["quantize", tiny["f32"], str(tmp_path / "x.gguf"), "q7_0"])
+    assert r.exit_code == 2 and "Invalid value" in r.output
+    r = run(["quantize", str(tmp_path / "missing.gguf"), str(tmp_path / "x.gguf"), "q4_0"])
+    assert r.exit_code == 1 and "no such file" in r.stderr
+    r = run(["quantize", tiny["f32"], tiny["f32"], "q4_0"])
+    assert r.exit_code == 1 and "OUT must differ from IN" in r.stderr
+
+
+def test_failure_leaves_nothing(tiny, tmp_path, monkeypatch):
+    from llmrt import quantize as qmod
+    calls = []
+
+    def boom(x, t):
+        calls.append(t)
+        if len(calls) > 3:
+            raise ValueError("disk on fire")
+        return quants.quantize(x, t)
+
+    monkeypatch.setattr(qmod.quants, "quantize", boom)
+    out = tmp_path / "out" / "q.gguf"
+    out.parent.mkdir()
+    with pytest.raises(ValueError, match="disk on fire"):
+        qmod.quantize_file(tiny["f32"], out, "q4_0", progress=False)
+    assert list(out.parent.iterdir()) == []          # no OUT, no temporary file
+
+
+def test_requantize_warns(tiny, tmp_path, caplog):
+    from llmrt.quantize import quantize_file
+    q8 = str(tmp_path / "q8.gguf")
+    quantize_file(tiny["f32"], q8, "q8_0", progress=False)
+    with caplog.at_level("WARNING", logger="llmrt"):
+        quantize_file(q8, str(tmp_path / "q4.gguf"), "q4_0", progress=False)
+    assert "dequantized and quantized again" in caplog.text
+    assert _types(str(tmp_path / "q4.gguf"))["blk.0.attn_q.weight"] == "Q4_0"
+
+
+# ---- slow: llama.cpp's own q4_0 -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_q4_0_matches_llamacpp(tmp_path):
+    """`llmrt quantize` q4_0 of SmolLM2 dequantized to F16 == llama.cpp's q4_0 of the same F16,
+    tensor for tensor (types and sha256 of the bytes; tests/data/quantize_ref.json). Identical
+    bytes: llama.cpp reads our file with the perplexity of its own (both recorded in the json)."""
+    import gguf
+    from llmrt.quantize import float_file, quantize_file
+    ref = json.load(open(os.path.join(HERE, "data", "quantize_ref.json")))
+    src = os.path.join(os.environ.get("LLMRT_MODEL_DIR", "/work/models"), ref["source"])
+    if not os.path.exists(src):
+        pytest.skip(f"real model not found: {src}")
+    f16, out = str(tmp_path / "f16.gguf"), str(tmp_path / "q4_0.gguf")
+    float_file(src, f16, "F16", progress=False)
+    quantize_file(f16, out, "q4_0", n_threads=2, progress=False)
+    got = {t.name: [t.tensor_type.name, hashlib.sha256(t.data.tobytes()).hexdigest()]
+           for t in gguf.GGUFReader(out).tensors}
+    assert got == ref["tensors"]
+    assert ref["llamacpp_ppl_of_llmrt_q4_0"]["ppl"] == ref["llamacpp_ppl_of_llamacpp_q4_0"]["ppl"]
