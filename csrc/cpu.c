@@ -3,6 +3,7 @@
  * level, fill the kernel table. Generic entries first, then each level up to the one in effect
  * overrides what it implements, so every entry always has a kernel.
  */
+#include "llmrt/amx.h"
 #include "llmrt/llmrt.h"
 #include "llmrt/gemm.h"
 
@@ -165,6 +166,9 @@ int llmrt_set_isa(int level) {
         llmrt_register_gemm_kernels_avx512_vnni(&kt);
     }
     if (level >= LLMRT_ISA_AMX) llmrt_register_kernels_amx(&kt);
+    /* prefill matmuls on AMX tiles at the amx level (a forced software model stays on) */
+    if (level >= LLMRT_ISA_AMX) llmrt_amx_set_matmul(LLMRT_AMX_HW);
+    else if (llmrt_amx_matmul() == LLMRT_AMX_HW) llmrt_amx_set_matmul(-1);
     kernel_table = kt;
     isa_current = level;
     return level;

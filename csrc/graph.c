@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmrt/amx.h"
 #include "ops/ops.h"
 #include "ops/rope_shift.h"
 
@@ -236,6 +237,17 @@ int llmrt_graph_weight_packed(llmrt_graph *g, int w, const llmrt_packed *p) {
         return LLMRT_EINVAL;
     }
     t->packed = p;
+    return LLMRT_OK;
+}
+
+int llmrt_graph_weight_amx(llmrt_graph *g, int w, const llmrt_amx_packed *p) {
+    if (w < 0 || w >= g->n_tensors || p == NULL || p->data == NULL) return LLMRT_EINVAL;
+    llmrt_tensor *t = g->tensors[w];
+    if (t->op != LLMRT_OP_NONE || t->n_dims != 2 || p->kind != LLMRT_AMX_KIND_INT8
+        || p->wtype != t->type || p->K != t->ne[0] || p->M != t->ne[1]) {
+        return LLMRT_EINVAL;
+    }
+    t->amx = p;
     return LLMRT_OK;
 }
 

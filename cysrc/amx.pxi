@@ -27,6 +27,26 @@ def amx_hw_available():
     return bool(llmrt_amx_hw_available()), bool(llmrt_amx_hw_bf16_available())
 
 
+def amx_set_matmul(backend):
+    """Prefill matmuls on the AMX path: "hw" (real instructions; ignored without AMX), "model"
+    (the software tiles: slow, for tests on any machine) or None (off). Takes effect for graphs
+    built afterwards (their weights get an AMX copy) and runs of >= 16 tokens. Returns the
+    backend in effect."""
+    llmrt_amx_set_matmul(-1 if backend is None else _amx_backend(backend))
+    return amx_matmul()
+
+
+def amx_matmul():
+    """The AMX prefill backend in effect: "hw", "model" or None."""
+    cdef int b = llmrt_amx_matmul()
+    return None if b < 0 else ("hw" if b == LLMRT_AMX_HW else "model")
+
+
+def amx_matmul_calls():
+    """MUL_MAT nodes that ran on the AMX path so far (for tests)."""
+    return llmrt_amx_matmul_calls()
+
+
 def amx_supports(int wtype):
     return bool(llmrt_amx_supports(wtype))
 
@@ -151,3 +171,23 @@ def amx_act_bf16(x):
     with nogil:
         llmrt_amx_act_bf16(&xv[0, 0], K * 4, n, K, &ov[0, 0], K_pad * 2)
     return out
+
+
+cdef class AmxPackedWeight:
+    """A weight [K, M] packed into AMX's B-tile layout (int8 kinds; amx.h). Owns its memory."""
+    cdef llmrt_amx_packed p
+
+    cdef int _pack(self, const void *src, int wtype, int64_t K, int64_t M, size_t nb1) except -1:
+        cdef int rc
+        with nogil:
+            rc = llmrt_amx_pack(&self.p, wtype, src, nb1, M, K)
+        if rc == LLMRT_ENOMEM:
+            raise MemoryError("[amx pack] out of memory")
+        _amx_check(rc, "amx pack")
+        return 0
+
+    cdef const llmrt_amx_packed *ptr(self):
+        return &self.p
+
+    def __dealloc__(self):
+        llmrt_amx_packed_free(&self.p)

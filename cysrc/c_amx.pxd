@@ -24,6 +24,9 @@ cdef extern from "llmrt/amx.h" nogil:
     int llmrt_amx_dp_once(int backend, int op, int m, int n, int ka, void *c, const void *a,
                           const void *b)
     int llmrt_amx_hw_available()
+    void llmrt_amx_set_matmul(int backend)
+    int llmrt_amx_matmul()
+    long llmrt_amx_matmul_calls()
     int llmrt_amx_hw_bf16_available()
     int llmrt_amx_supports(int wtype)
     int llmrt_amx_pack(llmrt_amx_packed *p, int wtype, const void *w, size_t nb1, int64_t M,

@@ -2,6 +2,7 @@
 from libc.stdint cimport int32_t, int64_t
 from c_llmrt cimport llmrt_packed
 
+
 cdef extern from "llmrt/threadpool.h" nogil:
     ctypedef struct llmrt_threadpool:
         pass
@@ -105,6 +106,7 @@ cdef extern from "llmrt/graph.h" nogil:
         int64_t tok_cap
         void *data
         const llmrt_packed *packed
+        const void *amx
         llmrt_tensor *src[3]
         llmrt_tensor *view_src
         int32_t op_params[16]
@@ -127,6 +129,7 @@ cdef extern from "llmrt/graph.h" nogil:
     void llmrt_graph_free(llmrt_graph *g)
     int llmrt_graph_weight(llmrt_graph *g, int type, const int64_t *ne, int n_dims, const void *data)
     int llmrt_graph_weight_packed(llmrt_graph *g, int w, const llmrt_packed *p)
+    int llmrt_graph_weight_amx(llmrt_graph *g, int w, const void *p)
     int llmrt_graph_input(llmrt_graph *g, int which, int max_out)
     int llmrt_graph_get_rows(llmrt_graph *g, int w, int idx)
     int llmrt_graph_rms_norm(llmrt_graph *g, int x, float eps)

@@ -534,7 +534,24 @@ cdef class Graph:
         t = self._new(llmrt_graph_mul_mat(self.g, w.id, x.id), "mul_mat")
         if self.pack and tw.packed == NULL and kt.pack_rows[tw.type] > 0:
             self._attach_packed(w.id, tw)
+        if self.pack and tw.amx == NULL and _amx_wanted(tw.type, tw.ne[0]):
+            self._attach_amx(w.id, tw)
         return t
+
+    cdef _attach_amx(self, int wid, const llmrt_tensor *tw):
+        """An AMX tile-layout copy of weight tw (once per model, like _attach_packed), used by
+        MUL_MAT for prefill while the AMX path is on (amx_set_matmul)."""
+        key = (<uintptr_t>tw.data, tw.type, tw.ne[0], tw.ne[1], 1)   # 1: the AMX copy
+        pw = self._packs.get(key)
+        if pw is None:
+            pw = AmxPackedWeight()
+            nb1 = llmrt_row_size(tw.type, tw.ne[0])
+            (<AmxPackedWeight>pw)._pack(tw.data, tw.type, tw.ne[0], tw.ne[1], nb1)
+            self._packs[key] = pw
+        rc = llmrt_graph_weight_amx(self.g, wid, <const void *>(<AmxPackedWeight>pw).ptr())
+        if rc != LLMRT_OK:
+            raise ValueError(f"[mul_mat] could not attach the AMX copy ({rc})")
+        self._keep.append(pw)
 
     cdef _attach_packed(self, int wid, const llmrt_tensor *tw):
         """Repacks weight tw once (or reuses the copy another graph over the same memory made)
@@ -857,3 +874,10 @@ cdef class Graph:
     @property
     def is_built(self):
         return bool(llmrt_graph_is_built(self.g))
+
+
+cdef bint _amx_wanted(int wtype, int64_t K):
+    """An AMX copy for this weight: the AMX path is on and its int8 GEMM takes the type."""
+    if llmrt_amx_matmul() < 0 or K % 32 != 0 or not llmrt_amx_supports(wtype):
+        return False
+    return wtype != _T_F32 and wtype != _T_F16 and wtype != _T_BF16

@@ -7,6 +7,7 @@
 #include "llmrt/llmrt.h"
 #include "quant_common.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,3 +235,20 @@ int llmrt_amx_dp_once(int backend, int op, int m, int n, int ka, void *c, const 
     llmrt_amx_model_release(&s);
     return s.err;
 }
+
+/* ---- MUL_MAT's switch (amx.h) ---------------------------------------------------------------- */
+
+static _Atomic int amx_matmul_backend = -1;
+static _Atomic long amx_matmul_count = 0;
+
+void llmrt_amx_set_matmul(int backend) {
+    if (backend == LLMRT_AMX_HW && !llmrt_amx_hw_available()) backend = -1;
+    if (backend != LLMRT_AMX_MODEL && backend != LLMRT_AMX_HW) backend = -1;
+    atomic_store(&amx_matmul_backend, backend);
+}
+
+int llmrt_amx_matmul(void) { return atomic_load(&amx_matmul_backend); }
+
+long llmrt_amx_matmul_calls(void) { return atomic_load(&amx_matmul_count); }
+
+void llmrt_amx_count_matmul(void) { atomic_fetch_add(&amx_matmul_count, 1); }

@@ -14,9 +14,14 @@
  * MM_CHUNKS_PER_THREAD chunks per thread per token block (decode: many small chunks, so no
  * thread idles at the end of a node) and at most MM_CHUNK_BYTES of weights.
  *
+ * AMX (amx.h): a weight with an AMX copy, in a run of >= LLMRT_AMX_MIN_TOKENS tokens while
+ * llmrt_amx_matmul() is on, goes to llmrt_amx_gemm_int8 instead: chunks are MM_AMX_ROWS weight
+ * rows (all tokens), the activations the QUANTIZE node made (Q8_0 / Q8_1) read as they are.
+ *
  * Plain weights: chunks are blocks of MM_BLOCK weight rows; a chunk loops over every activation
  * row for its block, so the block's weights stay in cache while they are reused by all tokens.
  */
+#include "llmrt/amx.h"
 #include "llmrt/gemm.h"
 #include "ops/ops.h"
 
@@ -24,6 +29,7 @@
 #define MM_TOKENS 64              /* tokens per chunk (packed): 64 x K activation bytes stay in L2 */
 #define MM_CHUNKS_PER_THREAD 8    /* packed: at least this many chunks per thread and token block */
 #define MM_CHUNK_BYTES (64 << 10) /* packed: at most this many weight bytes per chunk */
+#define MM_AMX_ROWS 64            /* AMX: weight rows per chunk (a multiple of LLMRT_AMX_ROW_STEP) */
 
 void llmrt_compute_quantize(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_tensor *src = dst->src[0];
@@ -75,9 +81,33 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
     }
 }
 
+/* 1 if this node ran on the AMX path (else nothing was written). The GEMM validates its
+ * arguments; a refusal (never expected: shapes were checked when the copy was attached) leaves
+ * the node to the other paths, which every thread then takes alike. */
+static int mul_mat_amx(const llmrt_compute_params *p, llmrt_tensor *dst, int backend) {
+    const llmrt_tensor *w = dst->src[0];
+    const llmrt_tensor *x = dst->src[1];
+    const llmrt_amx_packed *aw = w->amx;
+    if (x->type != llmrt_amx_act_type(aw)) return 0;
+    const int64_t nr = llmrt_nrows(x);
+    const int64_t n_chunks = (aw->M + MM_AMX_ROWS - 1) / MM_AMX_ROWS;
+    if (p->ith == 0) llmrt_amx_count_matmul();
+    for (int64_t c = llmrt_claim(p); c < n_chunks; c = llmrt_claim(p)) {
+        const int64_t r0 = c * MM_AMX_ROWS;
+        const int64_t r1 = r0 + MM_AMX_ROWS < aw->M ? r0 + MM_AMX_ROWS : aw->M;
+        (void)llmrt_amx_gemm_int8(aw, x->data, x->nb[1], nr, (float *)dst->data, dst->nb[1], r0, r1,
+                                  0, backend);
+    }
+    return 1;
+}
+
 void llmrt_compute_mul_mat(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_tensor *w = dst->src[0];
     const llmrt_tensor *x = dst->src[1];
+    if (w->amx != NULL && llmrt_nrows(x) >= LLMRT_AMX_MIN_TOKENS) {
+        const int backend = llmrt_amx_matmul();
+        if (backend >= 0 && mul_mat_amx(p, dst, backend)) return;
+    }
     const llmrt_gemm_fn gemm = w->packed ? p->ctx->kt->gemm[w->type] : NULL;
     if (gemm != NULL) {
         mul_mat_packed(p, dst, gemm);

@@ -141,7 +141,7 @@ enum {
  *        then for Q4_1/Q5_1 float m[16] (the mins).                 blk_bytes = 576 or 640
  *   bf16, per 32-element chunk c: bf16 q[16][16][2] (q[p][n][i] = row 16g+n, element 32c+2p+i,
  *        rounded to nearest even from F32/F16; K padded with zeros to a multiple of 32). 1024 B */
-typedef struct {
+typedef struct llmrt_amx_packed {
     int kind;            /* LLMRT_AMX_KIND_* */
     int wtype;           /* source GGUF type */
     int has_min;         /* int8: Q4_1 / Q5_1 (needs Q8_1 activations with their s) */
@@ -161,6 +161,20 @@ int llmrt_amx_pack(llmrt_amx_packed *p, int wtype, const void *w, size_t nb1, in
 void llmrt_amx_packed_free(llmrt_amx_packed *p);
 /* The activation type the int8 GEMM reads: LLMRT_TYPE_Q8_0 or LLMRT_TYPE_Q8_1 (-1 for bf16). */
 int llmrt_amx_act_type(const llmrt_amx_packed *p);
+
+/* ---- MUL_MAT's use of the AMX path -------------------------------------------------------------- */
+
+/* MUL_MAT runs a weight with an AMX copy (llmrt_graph_weight_amx) through llmrt_amx_gemm_int8 when
+ * the run has at least LLMRT_AMX_MIN_TOKENS tokens and the switch below is on: backend
+ * LLMRT_AMX_HW (set by llmrt_set_isa at the amx level when the CPU grants AMX) or LLMRT_AMX_MODEL
+ * (the software model: for tests on machines without AMX), -1 off. Fewer tokens (decode) keep the
+ * AVX-512 VNNI / AVX2 kernels. llmrt_amx_matmul_calls() counts the MUL_MAT nodes that took the
+ * AMX path (for tests). */
+enum { LLMRT_AMX_MIN_TOKENS = 16 };
+void llmrt_amx_set_matmul(int backend);  /* -1, LLMRT_AMX_MODEL or LLMRT_AMX_HW (if available) */
+int llmrt_amx_matmul(void);
+long llmrt_amx_matmul_calls(void);
+void llmrt_amx_count_matmul(void);
 
 /* ---- GEMMs ---------------------------------------------------------------------------------------- */
 

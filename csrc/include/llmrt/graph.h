@@ -119,6 +119,9 @@ typedef struct llmrt_tensor {
     const struct llmrt_packed *packed;      /* weights: load-time repacked copy of data (gemm.h),
                                                caller's memory, or NULL; MUL_MAT then uses
                                                kt->gemm on it when the level has one */
+    const struct llmrt_amx_packed *amx;     /* weights: AMX tile-layout copy (amx.h) or NULL;
+                                               MUL_MAT uses it for >= LLMRT_AMX_MIN_TOKENS
+                                               tokens while llmrt_amx_matmul() is on */
     struct llmrt_tensor *src[LLMRT_MAX_SRC];
     struct llmrt_tensor *view_src;          /* reshape: the tensor whose memory this is */
     int32_t op_params[LLMRT_MAX_OP_PARAMS]; /* ints, or floats stored bitwise */
@@ -157,6 +160,10 @@ int llmrt_graph_weight(llmrt_graph *g, int type, const int64_t *ne, int n_dims, 
  * type and shape [K, M]. */
 struct llmrt_packed;
 int llmrt_graph_weight_packed(llmrt_graph *g, int w, const struct llmrt_packed *p);
+/* Attaches an AMX-packed copy (amx.h; int8 kind, kept alive by the caller) to weight w, as
+ * llmrt_graph_weight_packed. LLMRT_EINVAL if it does not match w's type and shape. */
+struct llmrt_amx_packed;
+int llmrt_graph_weight_amx(llmrt_graph *g, int w, const struct llmrt_amx_packed *p);
 /* LLMRT_INPUT_TOKENS / POSITIONS (one each, [n]) or OUT_ROWS ([n_out], capacity max_out). */
 int llmrt_graph_input(llmrt_graph *g, int which, int max_out);
 int llmrt_graph_get_rows(llmrt_graph *g, int w, int idx);
