@@ -47,9 +47,9 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
     const size_t ybs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int yqo = q8_1 ? 4 : 2;                         /* offset of qs in the activation block */
     const int off = type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0;
-    const uint8_t *qs = grp;
+    const uint8_t *sc = grp;
     const uint8_t *qh = grp + q32_qh_off(type, nb);
-    const uint8_t *sc = grp + q32_sc_off(type, nb);
+    const uint8_t *qs = grp + q32_qs_off(type, nb);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[Q32_R][4];
