@@ -39,7 +39,7 @@ def main():
         pp.append(a.pp / (time.perf_counter() - t))
         t = time.perf_counter()
         for i in range(a.tg):
-            s.eval([ids[i]])
+            s.eval([ids[i % len(ids)]])
         tg.append(a.tg / (time.perf_counter() - t))
     print(f"{os.path.basename(a.model)}: load+warmup {load:.1f} s, pack={os.environ.get('LLMRT_PACK', '1')}, "
           f"{a.threads} threads: pp{a.pp} {max(pp):.1f} t/s, tg{a.tg} {max(tg):.1f} t/s "
