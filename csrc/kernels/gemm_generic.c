@@ -48,7 +48,14 @@ static void pack_q32(int type, const void *src, size_t src_row_bytes, int64_t K,
             const uint8_t *b = row + (size_t)ib * bs;
             memcpy(sc + ((size_t)ib * nsc * Q32_R + r) * 2, b, 2); /* d */
             if (nsc == 2) memcpy(sc + ((size_t)ib * nsc * Q32_R + Q32_R + r) * 2, b + q32_off_m(type), 2);
-            if (q32_has_qh(type)) memcpy(qh + ((size_t)ib * Q32_R + r) * 4, b + q32_off_qh(type), 4);
+            if (q32_has_qh(type)) {
+                uint32_t h;
+                memcpy(&h, b + q32_off_qh(type), 4);
+                uint8_t *dh = qh + (size_t)ib * Q32_R * 4 + 8 * (r / 2);
+                for (int i = 0; i < 32; i++) {
+                    dh[i % 8] |= (uint8_t)(((h >> i) & 1u) << (4 * (r % 2) + i / 8));
+                }
+            }
             const uint8_t *bq = b + q32_off_qs(type);
             if (type == LLMRT_TYPE_Q8_0) {
                 memcpy(qs + (size_t)ib * Q32_R * 32 + 32 * r, bq, 32);
@@ -76,7 +83,12 @@ static void unpack_q32(int type, int64_t K, const void *group, int rows, void *d
             uint8_t *b = row + (size_t)ib * bs;
             memcpy(b, sc + ((size_t)ib * nsc * Q32_R + r) * 2, 2);
             if (nsc == 2) memcpy(b + q32_off_m(type), sc + ((size_t)ib * nsc * Q32_R + Q32_R + r) * 2, 2);
-            if (q32_has_qh(type)) memcpy(b + q32_off_qh(type), qh + ((size_t)ib * Q32_R + r) * 4, 4);
+            if (q32_has_qh(type)) {
+                const uint8_t *sh = qh + (size_t)ib * Q32_R * 4 + 8 * (r / 2);
+                uint32_t h = 0;
+                for (int i = 0; i < 32; i++) h |= (uint32_t)((sh[i % 8] >> (4 * (r % 2) + i / 8)) & 1u) << i;
+                memcpy(b + q32_off_qh(type), &h, 4);
+            }
             uint8_t *bq = b + q32_off_qs(type);
             if (type == LLMRT_TYPE_Q8_0) {
                 memcpy(bq, qs + (size_t)ib * Q32_R * 32 + 32 * r, 32);
@@ -112,9 +124,8 @@ static inline int q32_q(int type, const uint8_t *group, int64_t nb, int64_t ib, 
     const uint8_t byte = qs[ib * Q32_R * 16 + 32 * (r / 2) + i];
     int q = (r % 2 ? byte >> 4 : byte) & 0x0f;
     if (q32_has_qh(type)) {
-        uint32_t qh;
-        memcpy(&qh, group + q32_qh_off(type, nb) + (ib * Q32_R + r) * 4, 4);
-        q |= (int)((qh >> i) & 1u) << 4;
+        const uint8_t h = group[q32_qh_off(type, nb) + ib * Q32_R * 4 + 8 * (r / 2) + i % 8];
+        q |= ((h >> (4 * (r % 2) + i / 8)) & 1) << 4;
     }
     return q;
 }

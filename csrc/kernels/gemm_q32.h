@@ -9,8 +9,13 @@
  *
  *   sc  [nb][nsc][Q32_R] f16   d of rows 0..3, then (Q4_1 / Q5_1) m of rows 0..3: 8 or 16 bytes,
  *                                one cvtph for the 4 rows; padded to 64 bytes;
- *   qh  [nb][Q32_R] uint32     Q5 only: the GGUF qh word of each row (bit i = 5th bit of element
- *                                i); padded to 64 bytes;
+ *   qh  [nb][Q32_R / 2][8]     Q5 only: the 5th bits of rows 2p and 2p + 1, 8 bytes per pair:
+ *                                bit k of byte j = 5th bit of element 8k + j of row 2p, bit 4 + k
+ *                                of byte j the same of row 2p + 1 (k < 4, j < 8). With the 8 bytes
+ *                                broadcast to the four 64-bit lanes of a ymm, lane k shifted left by
+ *                                4 - k (row 2p) or right by k (row 2p + 1) brings every element's
+ *                                bit to bit 4 of its own byte: two shifts and an and per row, no
+ *                                byte shuffle; padded to 64 bytes;
  *   qs  [nb][Q32_R * qsb]      quants, qsb = 32 bytes per row and block for Q8_0, 16 for the others:
  *                                Q8_0: row r's 32 int8 at ib * 128 + 32 * r (as in the GGUF block);
  *                                Q4/Q5: the low 4 bits of rows 2p and 2p + 1 share 32 bytes at

@@ -11,6 +11,8 @@
  *     per block (one aligned 32-byte load gives two rows' nibbles) and used by NT tokens, each
  *     token's activation block is loaded once and used by 4 rows;
  *   - d_x·d_y for 4 rows is one mul_ps of the group's 4 scales (one cvtph) by the token's d;
+ *   - Q5's 5th bits come from the group's pre-arranged bit layout with two 64-bit shifts per
+ *     row pair (gemm_q32.h), no byte shuffle;
  *   - the offset of Q4_0 / Q5_0 (q - 8, q - 16) is the integer Σ 8·y of the 4-element lanes,
  *     computed once per token and block and subtracted from every row's Σ q·y: the same exact
  *     integers as vec_dot's maddubs(q, y) - maddubs(8, y).
@@ -89,12 +91,15 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             for (int p = 0; p < Q32_R / 2; p++) {
                 const __m256i v = _mm256_load_si256((const __m256i *)(qs + ib * 64 + 32 * p));
                 __m256i w[2] = { _mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) };
-                if (q32_has_qh(type)) {
+                if (q32_has_qh(type)) { /* 5th bits to bit 4 of each byte (gemm_q32.h) */
                     const __m256i b5 = _mm256_set1_epi8(0x10);
-                    uint32_t h[2];
-                    memcpy(h, qh + (ib * Q32_R + 2 * p) * 4, 8);
-                    w[0] = _mm256_or_si256(w[0], _mm256_and_si256(expand_bits_32(h[0]), b5));
-                    w[1] = _mm256_or_si256(w[1], _mm256_and_si256(expand_bits_32(h[1]), b5));
+                    long long hq;
+                    memcpy(&hq, qh + ib * Q32_R * 4 + 8 * p, 8);
+                    const __m256i h = _mm256_set1_epi64x(hq);
+                    const __m256i h0 = _mm256_sllv_epi64(h, _mm256_set_epi64x(1, 2, 3, 4));
+                    const __m256i h1 = _mm256_srlv_epi64(h, _mm256_set_epi64x(3, 2, 1, 0));
+                    w[0] = _mm256_or_si256(w[0], _mm256_and_si256(h0, b5));
+                    w[1] = _mm256_or_si256(w[1], _mm256_and_si256(h1, b5));
                 }
                 for (int k = 0; k < 2; k++) {
                     const int r = 2 * p + k;
