@@ -11,6 +11,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "gemm_q32.h"
 
@@ -35,9 +38,9 @@ static void pack_q32(int type, const void *src, size_t src_row_bytes, int64_t K,
     const int64_t nb = K / 32;
     const size_t bs = llmrt_type_traits_get(type)->type_size;
     const int nsc = q32_nsc(type);
-    uint8_t *qs = (uint8_t *)group;
-    uint8_t *qh = qs + q32_qh_off(type, nb);
-    uint8_t *sc = qs + q32_sc_off(type, nb);
+    uint8_t *sc = (uint8_t *)group;
+    uint8_t *qh = sc + q32_qh_off(type, nb);
+    uint8_t *qs = sc + q32_qs_off(type, nb);
     memset(group, 0, q32_group_bytes(type, nb));
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = (const uint8_t *)src + (size_t)r * src_row_bytes;
@@ -45,7 +48,14 @@ static void pack_q32(int type, const void *src, size_t src_row_bytes, int64_t K,
             const uint8_t *b = row + (size_t)ib * bs;
             memcpy(sc + ((size_t)ib * nsc * Q32_R + r) * 2, b, 2); /* d */
             if (nsc == 2) memcpy(sc + ((size_t)ib * nsc * Q32_R + Q32_R + r) * 2, b + q32_off_m(type), 2);
-            if (q32_has_qh(type)) memcpy(qh + ((size_t)ib * Q32_R + r) * 4, b + q32_off_qh(type), 4);
+            if (q32_has_qh(type)) {
+                uint32_t h;
+                memcpy(&h, b + q32_off_qh(type), 4);
+                uint8_t *dh = qh + (size_t)ib * Q32_R * 4 + 8 * (r / 2);
+                for (int i = 0; i < 32; i++) {
+                    dh[i % 8] |= (uint8_t)(((h >> i) & 1u) << (4 * (r % 2) + i / 8));
+                }
+            }
             const uint8_t *bq = b + q32_off_qs(type);
             if (type == LLMRT_TYPE_Q8_0) {
                 memcpy(qs + (size_t)ib * Q32_R * 32 + 32 * r, bq, 32);
@@ -64,16 +74,21 @@ static void unpack_q32(int type, int64_t K, const void *group, int rows, void *d
     const int64_t nb = K / 32;
     const size_t bs = llmrt_type_traits_get(type)->type_size;
     const int nsc = q32_nsc(type);
-    const uint8_t *qs = (const uint8_t *)group;
-    const uint8_t *qh = qs + q32_qh_off(type, nb);
-    const uint8_t *sc = qs + q32_sc_off(type, nb);
+    const uint8_t *sc = (const uint8_t *)group;
+    const uint8_t *qh = sc + q32_qh_off(type, nb);
+    const uint8_t *qs = sc + q32_qs_off(type, nb);
     for (int r = 0; r < rows; r++) {
         uint8_t *row = (uint8_t *)dst + (size_t)r * dst_row_bytes;
         for (int64_t ib = 0; ib < nb; ib++) {
             uint8_t *b = row + (size_t)ib * bs;
             memcpy(b, sc + ((size_t)ib * nsc * Q32_R + r) * 2, 2);
             if (nsc == 2) memcpy(b + q32_off_m(type), sc + ((size_t)ib * nsc * Q32_R + Q32_R + r) * 2, 2);
-            if (q32_has_qh(type)) memcpy(b + q32_off_qh(type), qh + ((size_t)ib * Q32_R + r) * 4, 4);
+            if (q32_has_qh(type)) {
+                const uint8_t *sh = qh + (size_t)ib * Q32_R * 4 + 8 * (r / 2);
+                uint32_t h = 0;
+                for (int i = 0; i < 32; i++) h |= (uint32_t)((sh[i % 8] >> (4 * (r % 2) + i / 8)) & 1u) << i;
+                memcpy(b + q32_off_qh(type), &h, 4);
+            }
             uint8_t *bq = b + q32_off_qs(type);
             if (type == LLMRT_TYPE_Q8_0) {
                 memcpy(bq, qs + (size_t)ib * Q32_R * 32 + 32 * r, 32);
@@ -104,20 +119,20 @@ Q32_LAYOUT(Q8_0, q8_0)
 
 /* quant of element i (0..31) of row r in block ib: Q8_0 signed, Q4/Q5 unsigned 0..15 / 0..31 */
 static inline int q32_q(int type, const uint8_t *group, int64_t nb, int64_t ib, int r, int i) {
-    if (type == LLMRT_TYPE_Q8_0) return (int8_t)group[ib * Q32_R * 32 + 32 * r + i];
-    const uint8_t byte = group[ib * Q32_R * 16 + 32 * (r / 2) + i];
+    const uint8_t *qs = group + q32_qs_off(type, nb);
+    if (type == LLMRT_TYPE_Q8_0) return (int8_t)qs[ib * Q32_R * 32 + 32 * r + i];
+    const uint8_t byte = qs[ib * Q32_R * 16 + 32 * (r / 2) + i];
     int q = (r % 2 ? byte >> 4 : byte) & 0x0f;
     if (q32_has_qh(type)) {
-        uint32_t qh;
-        memcpy(&qh, group + q32_qh_off(type, nb) + (ib * Q32_R + r) * 4, 4);
-        q |= (int)((qh >> i) & 1u) << 4;
+        const uint8_t h = group[q32_qh_off(type, nb) + ib * Q32_R * 4 + 8 * (r / 2) + i % 8];
+        q |= ((h >> (4 * (r % 2) + i / 8)) & 1) << 4;
     }
     return q;
 }
 
 static inline llmrt_fp16_t q32_sc(int type, const uint8_t *group, int64_t nb, int64_t ib, int which, int r) {
     llmrt_fp16_t h;
-    memcpy(&h, group + q32_sc_off(type, nb) + ((ib * q32_nsc(type) + which) * Q32_R + r) * 2, 2);
+    memcpy(&h, group + ((ib * q32_nsc(type) + which) * Q32_R + r) * 2, 2);
     return h;
 }
 
@@ -191,8 +206,17 @@ int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K
     const int R = kt->pack_rows[type];
     const size_t gb = kt->pack_group_bytes[type](K);
     const int64_t n_groups = (M + R - 1) / R;
+    const size_t bytes = gb * (size_t)n_groups;
+    /* Big weights go on 2 MB-aligned memory marked for transparent huge pages: a decode streams
+     * them once per token, and with 4 KB pages the hardware prefetchers stop at every page
+     * boundary and the TLB misses on every page (numpy does the same for its big arrays). */
+    const size_t huge = (size_t)2 << 20;
     void *data = NULL;
-    if (gb == 0 || gb % 64 != 0 || posix_memalign(&data, 64, gb * (size_t)n_groups) != 0) return LLMRT_ENOMEM;
+    const size_t alloc = bytes >= huge ? (bytes + huge - 1) & ~(huge - 1) : bytes;
+    if (gb == 0 || gb % 64 != 0 || posix_memalign(&data, bytes >= huge ? huge : 64, alloc) != 0) return LLMRT_ENOMEM;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bytes >= huge) (void)madvise(data, alloc, MADV_HUGEPAGE); /* a hint; failure is harmless */
+#endif
     for (int64_t g = 0; g < n_groups; g++) {
         const int64_t m0 = g * R;
         const int rows = (int)(M - m0 < R ? M - m0 : R);

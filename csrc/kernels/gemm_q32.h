@@ -4,20 +4,27 @@
  * ISA level (gemm.h).
  *
  * A group holds Q32_R = 4 rows of K elements, nb = K / 32 blocks per row, in three regions, each
- * walked block by block so a GEMV streams every region front to back:
+ * walked block by block, in the order a GEMV reads them (so the group streams front to back and
+ * the hardware prefetchers follow; scales placed after the quants cost a memory stall per group):
  *
+ *   sc  [nb][nsc][Q32_R] f16   d of rows 0..3, then (Q4_1 / Q5_1) m of rows 0..3: 8 or 16 bytes,
+ *                                one cvtph for the 4 rows; padded to 64 bytes;
+ *   qh  [nb][Q32_R / 2][8]     Q5 only: the 5th bits of rows 2p and 2p + 1, 8 bytes per pair:
+ *                                bit k of byte j = 5th bit of element 8k + j of row 2p, bit 4 + k
+ *                                of byte j the same of row 2p + 1 (k < 4, j < 8). With the 8 bytes
+ *                                broadcast to the four 64-bit lanes of a ymm, lane k shifted left by
+ *                                4 - k (row 2p) or right by k (row 2p + 1) brings every element's
+ *                                bit to bit 4 of its own byte: two shifts and an and per row, no
+ *                                byte shuffle; padded to 64 bytes;
  *   qs  [nb][Q32_R * qsb]      quants, qsb = 32 bytes per row and block for Q8_0, 16 for the others:
  *                                Q8_0: row r's 32 int8 at ib * 128 + 32 * r (as in the GGUF block);
  *                                Q4/Q5: the low 4 bits of rows 2p and 2p + 1 share 32 bytes at
  *                                ib * 64 + 32 * p: byte i = q(2p, i) | q(2p + 1, i) << 4, i = element
  *                                0..31 of the block (GGUF keeps elements i and i + 16 in one byte),
- *                                so one 32-byte load and two masks give both rows' 32 quants;
- *   qh  [nb][Q32_R] uint32     Q5 only: the GGUF qh word of each row (bit i = 5th bit of element i);
- *   sc  [nb][nsc][Q32_R] f16   d of rows 0..3, then (Q4_1 / Q5_1) m of rows 0..3: 8 or 16 bytes,
- *                                one cvtph for the 4 rows.
+ *                                so one 32-byte load and two masks give both rows' 32 quants.
  *
- * The group is padded to a multiple of 64 bytes; the qs region starts it (64-byte aligned, so
- * every 32-byte quant load is aligned). Rows past the tensor's last row are zero (d = 0).
+ * Every region starts 64-byte aligned (so every 32-byte quant load is aligned) and the group is a
+ * multiple of 64 bytes. Rows past the tensor's last row are zero (d = 0).
  */
 #ifndef LLMRT_KERNELS_GEMM_Q32_H
 #define LLMRT_KERNELS_GEMM_Q32_H
@@ -33,14 +40,15 @@ static inline int q32_qsb(int type) { return type == LLMRT_TYPE_Q8_0 ? 32 : 16; 
 static inline int q32_has_qh(int type) { return type == LLMRT_TYPE_Q5_0 || type == LLMRT_TYPE_Q5_1; }
 static inline int q32_nsc(int type) { return (type == LLMRT_TYPE_Q4_1 || type == LLMRT_TYPE_Q5_1) ? 2 : 1; }
 
-/* byte offsets of the regions inside a group of nb blocks per row */
-static inline size_t q32_qh_off(int type, int64_t nb) { return (size_t)nb * Q32_R * (size_t)q32_qsb(type); }
-static inline size_t q32_sc_off(int type, int64_t nb) {
-    return q32_qh_off(type, nb) + (q32_has_qh(type) ? (size_t)nb * Q32_R * 4 : 0);
+static inline size_t q32_pad64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* byte offsets of the regions inside a group of nb blocks per row (sc is at 0) */
+static inline size_t q32_qh_off(int type, int64_t nb) { return q32_pad64((size_t)nb * (size_t)q32_nsc(type) * Q32_R * 2); }
+static inline size_t q32_qs_off(int type, int64_t nb) {
+    return q32_qh_off(type, nb) + (q32_has_qh(type) ? q32_pad64((size_t)nb * Q32_R * 4) : 0);
 }
 static inline size_t q32_group_bytes(int type, int64_t nb) {
-    const size_t n = q32_sc_off(type, nb) + (size_t)nb * (size_t)q32_nsc(type) * Q32_R * 2;
-    return (n + 63) & ~(size_t)63;
+    return q32_qs_off(type, nb) + (size_t)nb * Q32_R * (size_t)q32_qsb(type);
 }
 
 #endif /* LLMRT_KERNELS_GEMM_Q32_H */

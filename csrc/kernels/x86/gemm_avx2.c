@@ -11,6 +11,8 @@
  *     per block (one aligned 32-byte load gives two rows' nibbles) and used by NT tokens, each
  *     token's activation block is loaded once and used by 4 rows;
  *   - d_x·d_y for 4 rows is one mul_ps of the group's 4 scales (one cvtph) by the token's d;
+ *   - Q5's 5th bits come from the group's pre-arranged bit layout with two 64-bit shifts per
+ *     row pair (gemm_q32.h), no byte shuffle;
  *   - the offset of Q4_0 / Q5_0 (q - 8, q - 16) is the integer Σ 8·y of the 4-element lanes,
  *     computed once per token and block and subtracted from every row's Σ q·y: the same exact
  *     integers as vec_dot's maddubs(q, y) - maddubs(8, y).
@@ -31,7 +33,7 @@
 #include "simd_avx2.h" /* f16, loads, hsum_ps, expand_bits_32 */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
-#define GEMM_NT 2 /* tokens per tile: 4 x 2 accumulators + activations + unpacked rows fit 16 ymm */
+#define GEMM_NT 4 /* tokens per tile: 4 x 4 accumulators (a few spills; measured faster than 2 or 3) */
 
 static ALWAYS_INLINE float f16_at(const uint8_t *p) {
     llmrt_fp16_t h;
@@ -47,9 +49,9 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
     const size_t ybs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int yqo = q8_1 ? 4 : 2;                         /* offset of qs in the activation block */
     const int off = type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0;
-    const uint8_t *qs = grp;
+    const uint8_t *sc = grp;
     const uint8_t *qh = grp + q32_qh_off(type, nb);
-    const uint8_t *sc = grp + q32_sc_off(type, nb);
+    const uint8_t *qs = grp + q32_qs_off(type, nb);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[Q32_R][4];
@@ -89,12 +91,15 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             for (int p = 0; p < Q32_R / 2; p++) {
                 const __m256i v = _mm256_load_si256((const __m256i *)(qs + ib * 64 + 32 * p));
                 __m256i w[2] = { _mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) };
-                if (q32_has_qh(type)) {
+                if (q32_has_qh(type)) { /* 5th bits to bit 4 of each byte (gemm_q32.h) */
                     const __m256i b5 = _mm256_set1_epi8(0x10);
-                    uint32_t h[2];
-                    memcpy(h, qh + (ib * Q32_R + 2 * p) * 4, 8);
-                    w[0] = _mm256_or_si256(w[0], _mm256_and_si256(expand_bits_32(h[0]), b5));
-                    w[1] = _mm256_or_si256(w[1], _mm256_and_si256(expand_bits_32(h[1]), b5));
+                    long long hq;
+                    memcpy(&hq, qh + ib * Q32_R * 4 + 8 * p, 8);
+                    const __m256i h = _mm256_set1_epi64x(hq);
+                    const __m256i h0 = _mm256_sllv_epi64(h, _mm256_set_epi64x(1, 2, 3, 4));
+                    const __m256i h1 = _mm256_srlv_epi64(h, _mm256_set_epi64x(3, 2, 1, 0));
+                    w[0] = _mm256_or_si256(w[0], _mm256_and_si256(h0, b5));
+                    w[1] = _mm256_or_si256(w[1], _mm256_and_si256(h1, b5));
                 }
                 for (int k = 0; k < 2; k++) {
                     const int r = 2 * p + k;
@@ -107,14 +112,18 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             }
         }
     }
+    /* all 4 rows with a constant bound (so acc stays in registers), then the n_rows wanted */
+    _Alignas(16) float res[4][Q32_R];
     for (int j = 0; j < NT; j++) {
         _Alignas(16) float sm[4];
         _mm_store_ps(sm, summ[j]);
-        for (int r = 0; r < n_rows; r++) {
-            float s = hsum_ps(acc[r][j]);
-            if (q8_1) s = s + sm[r];
-            y[(int64_t)j * ys + r] = s;
+        for (int r = 0; r < Q32_R; r++) {
+            res[j][r] = hsum_ps(acc[r][j]);
+            if (q8_1) res[j][r] = res[j][r] + sm[r];
         }
+    }
+    for (int j = 0; j < NT; j++) {
+        for (int r = 0; r < n_rows; r++) y[(int64_t)j * ys + r] = res[j][r];
     }
 }
 
@@ -127,7 +136,11 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
     for (; j + GEMM_NT <= n_x; j += GEMM_NT) {
         tile_q32(type, GEMM_NT, nb, g, xb + (size_t)j * x_stride, x_stride, y + (int64_t)j * y_stride, y_stride, n_rows);
     }
-    for (; j < n_x; j++) tile_q32(type, 1, nb, g, xb + (size_t)j * x_stride, x_stride, y + (int64_t)j * y_stride, y_stride, n_rows);
+    if (j + 2 <= n_x) {
+        tile_q32(type, 2, nb, g, xb + (size_t)j * x_stride, x_stride, y + (int64_t)j * y_stride, y_stride, n_rows);
+        j += 2;
+    }
+    if (j < n_x) tile_q32(type, 1, nb, g, xb + (size_t)j * x_stride, x_stride, y + (int64_t)j * y_stride, y_stride, n_rows);
 }
 
 #define Q32_GEMM(T, t, tx)                                                                          \
