@@ -41,7 +41,7 @@ static void gemm_q4_K_avx512(int64_t K, const void *group, int n_rows, const voi
         const int nt = n_x - t0 < TT ? n_x - t0 : TT;
         __m512 acc[TT][PK_R];
         __m256 summ8[TT]; /* lane r: row r */
-        for (int t = 0; t < TT; t++) {
+        for (int t = 0; t < nt; t++) {
             summ8[t] = _mm256_setzero_ps();
             for (int r = 0; r < PK_R; r++) acc[t][r] = _mm512_setzero_ps();
         }
@@ -97,7 +97,7 @@ static void gemm_q6_K_avx512(int64_t K, const void *group, int n_rows, const voi
     for (int t0 = 0; t0 < n_x; t0 += TT) {
         const int nt = n_x - t0 < TT ? n_x - t0 : TT;
         __m512 acc[TT][PK_R];
-        for (int t = 0; t < TT; t++) {
+        for (int t = 0; t < nt; t++) {
             for (int r = 0; r < PK_R; r++) acc[t][r] = _mm512_setzero_ps();
         }
         for (int64_t i = 0; i < nb; i++) {
