@@ -255,6 +255,23 @@ def test_int4_sym_g32_equals_q4_0_file(tiny_f32, tmp_path):
     np.testing.assert_array_equal(a, b)
 
 
+def test_bf16_model(tiny_f32, tmp_path):
+    """A BF16 model (matmul weights stored BF16) quantized at load: same bound vs the f32 model."""
+    from llmrt.gguf import GGUFFile
+    from llmrt.quantize import write_gguf
+    f = GGUFFile(tiny_f32)
+    names = set(wquant.matmul_weight_names(f.tensors)) | {"token_embd.weight"}
+    types = {n: ("BF16" if n in names else quants.type_name(t.type)) for n, t in f.tensors.items()}
+    out = str(tmp_path / "bf16.gguf")
+    write_gguf(f, out, types, progress=False)
+    f.close()
+    m = Model(out, n_threads=2, ctx_size=64, weight_dtype="int8", compute_dtype="fp32")
+    assert m.gguf.tensors["blk.0.attn_q.weight"].type_name == "BF16" and len(m._replaced) > 0
+    ref = Model(tiny_f32, n_threads=2, ctx_size=64)(IDS)
+    err = np.abs(m(IDS) - ref).max() / np.abs(ref).max()
+    assert 0 < err < LOGIT_RTOL["int8"]
+
+
 def test_tied_token_embd_is_quantized(tmp_path):
     pytest.importorskip("transformers")
     from hf_gguf import tiny_model, write_gguf
