@@ -56,6 +56,14 @@ static void group_params(int layout, const float *x, int64_t n, float *d, float 
     }
 }
 
+/* (int)v with v first clamped to [lo, hi] (NaN -> lo): the same integer as ggml's casts for every
+ * in-range value, and no undefined float -> int conversion when d is tiny and 1/d overflows. */
+static inline int to_int_clamped(float v, float lo, float hi) {
+    v = v > lo ? v : lo;
+    v = v < hi ? v : hi;
+    return (int)v;
+}
+
 /* One 32-block x[32] with the group's d, m. */
 static void quant_block(int layout, const float *x, void *blk, float d, float m) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -63,9 +71,8 @@ static void quant_block(int layout, const float *x, void *blk, float d, float m)
         block_q4_0 *b = blk;
         b->d = llmrt_fp32_to_fp16(d);
         for (int j = 0; j < 16; j++) {
-            int q0 = (int8_t)(x[j] * id + 8.5f), q1 = (int8_t)(x[j + 16] * id + 8.5f);
-            q0 = q0 < 15 ? q0 : 15;
-            q1 = q1 < 15 ? q1 : 15;
+            const int q0 = to_int_clamped(x[j] * id + 8.5f, 0.0f, 15.0f);
+            const int q1 = to_int_clamped(x[j + 16] * id + 8.5f, 0.0f, 15.0f);
             b->qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
     } else if (layout == LLMRT_TYPE_Q4_1) {
@@ -73,23 +80,20 @@ static void quant_block(int layout, const float *x, void *blk, float d, float m)
         b->d = llmrt_fp32_to_fp16(d);
         b->m = llmrt_fp32_to_fp16(m);
         for (int j = 0; j < 16; j++) {
-            int q0 = (int8_t)((x[j] - m) * id + 0.5f), q1 = (int8_t)((x[j + 16] - m) * id + 0.5f);
-            q0 = q0 < 15 ? q0 : 15;
-            q1 = q1 < 15 ? q1 : 15;
+            const int q0 = to_int_clamped((x[j] - m) * id + 0.5f, 0.0f, 15.0f);
+            const int q1 = to_int_clamped((x[j + 16] - m) * id + 0.5f, 0.0f, 15.0f);
             b->qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
     } else if (layout == LLMRT_TYPE_Q8_0) {
         block_q8_0 *b = blk;
         b->d = llmrt_fp32_to_fp16(d);
-        for (int j = 0; j < 32; j++) b->qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < 32; j++) b->qs[j] = (int8_t)to_int_clamped(roundf(x[j] * id), -127.0f, 127.0f);
     } else { /* WQ_Q8A */
         block_q8a *b = blk;
         b->d = llmrt_fp32_to_fp16(d);
         b->m = llmrt_fp32_to_fp16(m);
         for (int j = 0; j < 32; j++) {
-            int q = (int)((x[j] - m) * id + 0.5f);
-            q = q < 255 ? q : 255;
-            b->qs[j] = (int8_t)(q - 128);
+            b->qs[j] = (int8_t)(to_int_clamped((x[j] - m) * id + 0.5f, 0.0f, 255.0f) - 128);
         }
     }
 }

@@ -97,7 +97,7 @@ def _value_type_name(vt: int) -> str:
 def ggml_type_name(type_id: int) -> str:
     """Name of a ggml type id, also for types llmrt does not support ("IQ2_XXS"), or "#id"."""
     tt = _core.type_traits(type_id) if 0 <= type_id < 2**31 else None
-    if tt is not None:
+    if tt is not None and not tt[0].startswith("WQ_"):
         return tt[0]
     try:
         return GGMLQuantizationType(type_id).name
@@ -427,6 +427,8 @@ class GGUFFile:
             type_off = r.off
             type_id = r.u32(f"type of tensor {name!r}")
             tt = _core.type_traits(type_id) if type_id < 2**31 else None
+            if tt is not None and tt[0].startswith("WQ_"):   # llmrt-private ids: memory only
+                tt = None
             if tt is None:
                 raise r.fail(f"tensor {name!r}: type {ggml_type_name(type_id)} (id {type_id}) "
                              f"is not supported by llmrt", type_off)

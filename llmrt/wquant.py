@@ -129,12 +129,11 @@ def matmul_weight_names(tensors) -> list:
     return out
 
 
-def to_f32(t) -> np.ndarray:
-    """A float tensor's rows as float32 (numpy order: (rows, ne0))."""
-    data = t.data
-    if t.type == 30:  # BF16 raw bits
-        return (data.astype(np.uint32) << 16).view(np.float32).reshape(data.shape)
-    return np.asarray(data, dtype=np.float32)
+def rows_f32(data: np.ndarray, type_id: int) -> np.ndarray:
+    """Rows of an F32 / F16 / BF16 (raw uint16 bits) tensor view as contiguous float32."""
+    if type_id == 30:
+        return (data.astype(np.uint32) << 16).view(np.float32)
+    return np.ascontiguousarray(data, dtype=np.float32)
 
 
 def quantize_tensor(x: np.ndarray, type_id: int, group_size: int) -> np.ndarray:
@@ -180,11 +179,8 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
 
             def work(r0, t=t, src=src, blocks=blocks, k=k):
                 r1 = min(r0 + ROWS_PER_TASK, blocks.shape[0])
-                if t.type == 30:
-                    x = (src[r0:r1].astype(np.uint32) << 16).view(np.float32)
-                else:
-                    x = np.asarray(src[r0:r1], dtype=np.float32)
-                _core.wq_quantize_rows(np.ascontiguousarray(x), blocks[r0:r1], tid, cfg.group_size)
+                x = rows_f32(src[r0:r1], t.type)
+                _core.wq_quantize_rows(x, blocks[r0:r1], tid, cfg.group_size)
                 return r1 - r0
 
             for n in pool.map(work, range(0, rows, ROWS_PER_TASK)):
