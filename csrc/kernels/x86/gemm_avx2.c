@@ -33,6 +33,9 @@
 #include "simd_avx2.h" /* f16, loads, hsum_ps, expand_bits_32 */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
+#ifndef GEMV_PF_BYTES
+#define GEMV_PF_BYTES 2048 /* decode prefetch distance */
+#endif
 #define GEMM_NT 4 /* tokens per tile: 4 x 4 accumulators (a few spills; measured faster than 2 or 3) */
 
 static ALWAYS_INLINE float f16_at(const uint8_t *p) {
@@ -60,7 +63,12 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
         summ[j] = _mm_setzero_ps();
         for (int r = 0; r < Q32_R; r++) acc[r][j] = _mm256_setzero_ps();
     }
+    const size_t qsb = type == LLMRT_TYPE_Q8_0 ? 128 : 64;  /* quant bytes per block of the group */
     for (int64_t ib = 0; ib < nb; ib++) {
+        if (NT == 1) { /* decode streams the weights once: fetch ahead of the prefetchers (an address
+                        * past the group is never read: uintptr_t arithmetic, a hint only) */
+            _mm_prefetch((const char *)((uintptr_t)(qs + ib * qsb) + GEMV_PF_BYTES), _MM_HINT_T0);
+        }
         __m128 xd, xm = _mm_setzero_ps();
         if (q8_1) {
             const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + ib * 16)));
