@@ -501,6 +501,7 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads, wq):
 
     t0 = time.perf_counter()
     m = _load_model(model, threads, max(n_prompt, n_gen, 1), wq)
+    m._graph(1, False)                 # weights repacked here (the first graph): part of loading
     load_s = time.perf_counter() - t0
     n_runs = repetitions * ((n_prompt > 0) + (n_gen > 0))
     with Progress(total=n_runs, desc="bench") as bar:
