@@ -45,13 +45,15 @@ def weight_bytes_per_token(model) -> int:
     the embedding table), plus the output matrix (the embedding table when the output is tied);
     norms and biases (1-D) are counted too, they are read as well."""
     tensors = model.gguf.tensors
-    total = 0
-    for name, t in tensors.items():
-        if name == "token_embd.weight":
-            continue
-        total += t.nbytes
+    replaced = getattr(model, "_replaced", None) or {}     # weights quantized at load
+
+    def nbytes(name):
+        r = replaced.get(name)
+        return int(r[0].nbytes) if r is not None else int(tensors[name].nbytes)
+
+    total = sum(nbytes(name) for name in tensors if name != "token_embd.weight")
     if "output.weight" not in tensors and "token_embd.weight" in tensors:
-        total += tensors["token_embd.weight"].nbytes
+        total += nbytes("token_embd.weight")
     return int(total)
 
 

@@ -75,3 +75,12 @@ def test_read_bandwidth_is_positive_and_rejects_bad_arguments():
     assert _core.read_bandwidth(1 << 20, 1, 1) > 1e6     # any machine reads > 1 MB/s
     with pytest.raises(MemoryError):
         _core.read_bandwidth(1 << 20, 0, 1)
+
+
+def test_weight_bytes_per_token_counts_weights_quantized_at_load(tmp_path):
+    model, config = tiny_model("llama", num_hidden_layers=1)
+    path = str(write_gguf(model, config, tmp_path / "tiny-f32.gguf", "f32"))
+    f32 = bench.weight_bytes_per_token(Model(path, n_threads=1, ctx_size=32))
+    q8 = bench.weight_bytes_per_token(Model(path, n_threads=1, ctx_size=32, weight_dtype="int8"))
+    # matmul weights go from 4 bytes to 34/32 bytes per value; norms stay f32
+    assert q8 < f32 * 0.5
