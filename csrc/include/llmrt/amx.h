@@ -169,7 +169,8 @@ int llmrt_amx_act_type(const llmrt_amx_packed *p);
  * LLMRT_AMX_HW (set by llmrt_set_isa at the amx level when the CPU grants AMX) or LLMRT_AMX_MODEL
  * (the software model: for tests on machines without AMX), -1 off. Fewer tokens (decode) keep the
  * AVX-512 VNNI / AVX2 kernels. llmrt_amx_matmul_calls() counts the MUL_MAT nodes that took the
- * AMX path (for tests). */
+ * AMX path (for tests). Change the switch between graph runs, never during one: every thread of a
+ * MUL_MAT node reads it and all must take the same path. */
 enum { LLMRT_AMX_MIN_TOKENS = 16 };
 void llmrt_amx_set_matmul(int backend);  /* -1, LLMRT_AMX_MODEL or LLMRT_AMX_HW (if available) */
 int llmrt_amx_matmul(void);
