@@ -208,41 +208,15 @@ static void vec_dot_q3_K_q8_K_generic(int n, float *s, const void *vx, const voi
     *s = sumf;
 }
 
-/* Σ_sub-blocks sc · Σ q·y over one Q4_K / Q5_K super-block. 32 bytes of qs hold sub-block 2j in
- * their low nibbles and 2j+1 in their high nibbles; Q5_K adds a 5th bit: bit 2j (low) / 2j+1 (high)
- * of qh[l]. qh is NULL for Q4_K. */
-static inline int isum_k4(const uint8_t *qs, const uint8_t *qh, const uint8_t *sc, const int8_t *q8) {
-    int isum = 0;
-    for (int j = 0; j < QK_K / 64; j++) {
-        const uint8_t *q4 = qs + 32 * j;
-        int lo = 0, hi = 0;
-        for (int l = 0; l < 32; l++) {
-            const int h0 = qh ? ((qh[l] >> (2 * j)) & 1) << 4 : 0;
-            const int h1 = qh ? ((qh[l] >> (2 * j + 1)) & 1) << 4 : 0;
-            lo += ((q4[l] & 0x0f) | h0) * q8[64 * j + l];
-            hi += ((q4[l] >> 4) | h1) * q8[64 * j + 32 + l];
-        }
-        isum += sc[2 * j] * lo + sc[2 * j + 1] * hi;
-    }
-    return isum;
-}
-
-/* Σ_j bsums[j] · m[j/2]: the mins' part, from the Q8_K block's 16-element sums. */
-static inline int summs_k4(const int16_t *bsums, const uint8_t *m) {
-    int summs = 0;
-    for (int j = 0; j < QK_K / 16; j++) summs += bsums[j] * m[j / 2];
-    return summs;
-}
-
 /* One Q4_K / Q5_K super-block times one Q8_K block: d·Σ sc·Σ q·y - dmin·Σ m·bsum (qh NULL for Q4_K). */
 static inline float dot_k4_q8_K(llmrt_fp16_t xd, llmrt_fp16_t xdmin, const uint8_t *scales, const uint8_t *qs,
                                 const uint8_t *qh, const block_q8_K *y) {
     uint8_t sc[8], m[8];
     unpack_scales_mins_k4(scales, sc, m);
-    const int isum = isum_k4(qs, qh, sc, y->qs);
+    const int isum = isum_k4_int(qs, qh, sc, y->qs);
     const float d = FP16(xd) * y->d;
     const float dmin = FP16(xdmin) * y->d;
-    return d * (float)isum - dmin * (float)summs_k4(y->bsums, m);
+    return d * (float)isum - dmin * (float)summs_k4_int(y->bsums, m);
 }
 
 static void vec_dot_q4_K_q8_K_generic(int n, float *s, const void *vx, const void *vy) {

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "pack_k.h"
-#include "quant_common.h" /* unpack_scales_mins_k4, unpack_scales_q3_k */
+#include "quant_common.h" /* unpack_scales_mins_k4, unpack_scales_q3_k, isum_k4_int, summs_k4_int */
 
 #define FP16(h) llmrt_fp16_to_fp32(h)
 
@@ -243,24 +243,6 @@ int llmrt_unpack_group_k(int type, int64_t K, const void *group, int rows, void 
 
 /* ---- generic kernels: dot_generic.c's arithmetic over the packed fields ------------------------ */
 
-/* Σ_s sc[s] · Σ q·y over one Q4_K / Q5_K row-block (qh NULL for Q4_K); same value as dot_generic.c's
- * isum_k4 (exact integers). */
-static inline int isum_k4_packed(const uint8_t *qs, const uint8_t *qh, const uint8_t *sc, const int8_t *q8) {
-    int isum = 0;
-    for (int j = 0; j < QK_K / 64; j++) {
-        const uint8_t *q4 = qs + 32 * j;
-        int lo = 0, hi = 0;
-        for (int l = 0; l < 32; l++) {
-            const int h0 = qh ? ((qh[l] >> (2 * j)) & 1) << 4 : 0;
-            const int h1 = qh ? ((qh[l] >> (2 * j + 1)) & 1) << 4 : 0;
-            lo += ((q4[l] & 0x0f) | h0) * q8[64 * j + l];
-            hi += ((q4[l] >> 4) | h1) * q8[64 * j + 32 + l];
-        }
-        isum += sc[2 * j] * lo + sc[2 * j + 1] * hi;
-    }
-    return isum;
-}
-
 /* Q4_K (qh_off 0) and Q5_K: sumf += d·isum - dmin·Σ m·bsum per super-block, as dot_k4_q8_K. */
 static inline void gemm_k4_generic(int64_t K, const uint8_t *group, int n_rows, const void *x, size_t x_stride,
                                    int n_x, float *y, int64_t y_stride, int bg_bytes, int o_d, int o_dmin,
@@ -274,10 +256,9 @@ static inline void gemm_k4_generic(int64_t K, const uint8_t *group, int n_rows, 
                 const uint8_t *bg = group + i * bg_bytes;
                 uint8_t m[8];
                 for (int s = 0; s < 8; s++) m[s] = bg[o_m + pk_min_off(r, s)];
-                const int isum = isum_k4_packed(bg + o_qs + 128 * r, o_qh ? bg + o_qh + 32 * r : NULL,
-                                                bg + o_sc + 8 * r, yb[i].qs);
-                int summs = 0;
-                for (int l = 0; l < QK_K / 16; l++) summs += yb[i].bsums[l] * m[l / 2];
+                const int isum = isum_k4_int(bg + o_qs + 128 * r, o_qh ? bg + o_qh + 32 * r : NULL,
+                                         bg + o_sc + 8 * r, yb[i].qs);
+                const int summs = summs_k4_int(yb[i].bsums, m);
                 const float d = FP16(ld_h(bg + o_d + 2 * r)) * yb[i].d;
                 const float dmin = FP16(ld_h(bg + o_dmin + 2 * r)) * yb[i].d;
                 sumf += d * (float)isum - dmin * (float)summs;

@@ -73,4 +73,30 @@ static inline void unpack_scales_q3_k(const uint8_t *q, int8_t *sc) {
     }
 }
 
+/* Σ_sub-blocks sc · Σ q·y over one Q4_K / Q5_K super-block. 32 bytes of qs hold sub-block 2j in
+ * their low nibbles and 2j+1 in their high nibbles; Q5_K adds a 5th bit: bit 2j (low) / 2j+1 (high)
+ * of qh[l]. qh is NULL for Q4_K. */
+static inline int isum_k4_int(const uint8_t *qs, const uint8_t *qh, const uint8_t *sc, const int8_t *q8) {
+    int isum = 0;
+    for (int j = 0; j < QK_K / 64; j++) {
+        const uint8_t *q4 = qs + 32 * j;
+        int lo = 0, hi = 0;
+        for (int l = 0; l < 32; l++) {
+            const int h0 = qh ? ((qh[l] >> (2 * j)) & 1) << 4 : 0;
+            const int h1 = qh ? ((qh[l] >> (2 * j + 1)) & 1) << 4 : 0;
+            lo += ((q4[l] & 0x0f) | h0) * q8[64 * j + l];
+            hi += ((q4[l] >> 4) | h1) * q8[64 * j + 32 + l];
+        }
+        isum += sc[2 * j] * lo + sc[2 * j + 1] * hi;
+    }
+    return isum;
+}
+
+/* Σ_j bsums[j] · m[j/2]: the mins' part, from the Q8_K block's 16-element sums. */
+static inline int summs_k4_int(const int16_t *bsums, const uint8_t *m) {
+    int summs = 0;
+    for (int j = 0; j < QK_K / 16; j++) summs += bsums[j] * m[j / 2];
+    return summs;
+}
+
 #endif /* LLMRT_KERNELS_QUANT_COMMON_H */
