@@ -58,6 +58,8 @@ cdef extern from "llmrt/llmrt.h" nogil:
         const char *vec_swiglu_name
         const char *vec_silu_name
         const char *vec_soft_max_name
+        const char *vec_geglu_name
+        const char *vec_gelu_name
 
     const llmrt_kernel_table *llmrt_kernels()
 

@@ -73,10 +73,12 @@ def kernel_names():
 
 
 def vec_kernel_names():
-    """{entry: kernel name} for the kernel table's vector-math entries (swiglu, silu, soft_max)."""
+    """{entry: kernel name} for the kernel table's vector-math entries (swiglu, silu, soft_max,
+    geglu, gelu)."""
     cdef const llmrt_kernel_table *kt = llmrt_kernels()
     return {"vec_swiglu": kt.vec_swiglu_name.decode(), "vec_silu": kt.vec_silu_name.decode(),
-            "vec_soft_max": kt.vec_soft_max_name.decode()}
+            "vec_soft_max": kt.vec_soft_max_name.decode(), "vec_geglu": kt.vec_geglu_name.decode(),
+            "vec_gelu": kt.vec_gelu_name.decode()}
 
 
 def type_traits(int type_id):

@@ -16,7 +16,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 import llmrt._core as core
-from llmrt import quants
+from llmrt import quants, runtime
 
 # ---- tolerances --------------------------------------------------------------------------------
 # f32 kernels vs float64 references of elementwise maths: a few f32 roundings (2^-24 = 6e-8 each)
@@ -578,3 +578,45 @@ def test_swiglu_and_silu_are_ggml_bit_exact(isa_level, rng):
     np.testing.assert_array_equal(y, (want_silu * up).astype(np.float32))
     b = Builder(3)
     np.testing.assert_array_equal(b.run(b.g.silu(b.act(gate))), want_silu)
+
+
+# ---- GELU / GeGLU through the f16 table, bit for bit at every level --------------------------------
+#
+# vec_gelu / vec_geglu: AVX2 rounds 8 inputs to f16 with F16C and gathers the table; generic looks
+# each value up in turn (ggml_vec_gelu_f32 / ggml_vec_geglu_f32 with GGML_GELU_FP16). Both read the
+# same table at the same index, so every level equals the generic one exactly, including the
+# saturated ends (x <= -10: 0; x >= 10: x, or x * up), infinities and half-way rounding cases.
+
+def _gelu_inputs(rng):
+    special = [-np.inf, -1e30, -10.0001, -10.0, -9.9999, -1e-8, -0.0, 0.0, 1e-8, 9.9999, 10.0, 10.0001,
+               1e30, np.inf, 65504.0, 65520.0, -65520.0]
+    # exact f16 midpoints (ties to even vs away decide the table index)
+    h = rng.integers(0, 0x7bff, 60).astype(np.uint16).view(np.float16).astype(np.float32)
+    mid = ((h.astype(np.float64) + np.nextafter(h.astype(np.float16), np.float16(np.inf)).astype(np.float64)) / 2)
+    x = np.concatenate([rng.standard_normal(300) * 5, special, mid, -mid]).astype(np.float32)
+    return x[None, :]                                    # 437 values: blocks of 8 and a tail of 5
+
+
+def test_gelu_and_geglu_bit_exact_vs_generic(isa_level, rng):
+    x = _gelu_inputs(rng)
+    up = rng.standard_normal(x.shape).astype(np.float32)
+
+    def run_both():
+        b = Builder(1)
+        y = b.run(b.g.gelu(b.act(x)))
+        b = Builder(1)
+        return y, b.run(b.g.glu(b.act(x), b.act(up), "gelu"))
+
+    y, z = run_both()
+    runtime.set_isa("generic")
+    try:
+        y_ref, z_ref = run_both()
+    finally:
+        runtime.set_isa(isa_level)
+    np.testing.assert_array_equal(y.view(np.uint32), y_ref.view(np.uint32))
+    np.testing.assert_array_equal(z.view(np.uint32), z_ref.view(np.uint32))
+    with np.errstate(over="ignore", invalid="ignore"):   # the formula at +-1e30, inf: saturated anyway
+        want = gelu_ggml(x)
+    np.testing.assert_allclose(y_ref, want, rtol=GELU_TABLE_RTOL, atol=GELU_ATOL)
+    assert (y_ref[x <= -10] == 0).all() and (y_ref[x >= 10] == x[x >= 10]).all()
+    assert (z_ref[x <= -10] == 0).all() and (z_ref[x >= 10] == (x * up)[x >= 10]).all()

@@ -1027,6 +1027,15 @@ static void vec_silu_generic(int n, float *y, const float *x) {
     for (int i = 0; i < n; i++) y[i] = silu_f32_generic(x[i]);
 }
 
+/* ggml_vec_gelu_f32 / ggml_vec_geglu_f32 (GGML_GELU_FP16): the f16 table, one value at a time */
+static void vec_gelu_generic(int n, float *y, const float *x) {
+    for (int i = 0; i < n; i++) y[i] = llmrt_gelu_table_f32(x[i]);
+}
+
+static void vec_geglu_generic(int n, float *y, const float *x, const float *g) {
+    for (int i = 0; i < n; i++) y[i] = x[i] <= -10.0f ? 0.0f : llmrt_gelu_table_f32(x[i]) * g[i];
+}
+
 static double vec_soft_max_generic(int n, float *y, const float *x, float max) {
     double sum = 0.0;
     for (int i = 0; i < n; i++) {
@@ -1082,6 +1091,10 @@ void llmrt_register_kernels_generic(llmrt_kernel_table *kt) {
     kt->vec_swiglu_name = "vec_swiglu_generic";
     kt->vec_silu = vec_silu_generic;
     kt->vec_silu_name = "vec_silu_generic";
+    kt->vec_gelu = vec_gelu_generic;
+    kt->vec_gelu_name = "vec_gelu_generic";
+    kt->vec_geglu = vec_geglu_generic;
+    kt->vec_geglu_name = "vec_geglu_generic";
     kt->vec_soft_max = vec_soft_max_generic;
     kt->vec_soft_max_name = "vec_soft_max_generic";
 

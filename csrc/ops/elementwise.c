@@ -1,28 +1,21 @@
 /*
  * elementwise.c — ops that map rows to rows: ADD/MUL with broadcasting, SCALE, SILU, GELU,
- * SOFTCAP, and GLU (act(gate) * up). SILU and SwiGLU use the kernel table's vec_silu / vec_swiglu
- * (ggml's vector exp approximation on AVX2, libm expf in the generic path and in vector tails). Activations are contiguous f32, so a row r of dst is at
- * data + r * nb[1]; chunks are groups of rows.
+ * SOFTCAP, and GLU (act(gate) * up). SILU, SwiGLU, GELU and GeGLU use the kernel table's vec_silu /
+ * vec_swiglu (ggml's vector exp approximation on AVX2, libm expf in the generic path and in vector
+ * tails) and vec_gelu / vec_geglu (ggml's f16 GELU table; gathered 8 at a time on AVX2).
+ * Activations are contiguous f32, so a row r of dst is at data + r * nb[1]; chunks are groups of
+ * rows.
  */
 #include <math.h>
 #include <string.h>
 
 #include "ops/ops.h"
 
-extern llmrt_fp16_t llmrt_table_gelu_f16[1 << 16];
-float llmrt_gelu_f32(float x);
 
 /* Rows per chunk: about 16K elements, at least one row. */
 static int64_t rows_per_chunk(int64_t ne0) {
     const int64_t r = 16384 / (ne0 > 0 ? ne0 : 1);
     return r > 0 ? r : 1;
-}
-
-/* ggml's CPU GELU (GGML_GELU_FP16): saturate outside [-10, 10], else a table over f16 inputs. */
-static inline float gelu_table_f32(float x) {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    return llmrt_f16_lookup(llmrt_table_gelu_f16[llmrt_fp32_to_fp16(x)]);
 }
 
 void llmrt_compute_unary(const llmrt_compute_params *p, llmrt_tensor *dst) {
@@ -45,7 +38,7 @@ void llmrt_compute_unary(const llmrt_compute_params *p, llmrt_tensor *dst) {
                 p->ctx->kt->vec_silu((int)ne0, y, x); /* ggml_vec_silu_f32 */
                 break;
             case LLMRT_OP_GELU:
-                for (int64_t i = 0; i < ne0; i++) y[i] = gelu_table_f32(x[i]);
+                p->ctx->kt->vec_gelu((int)ne0, y, x); /* ggml_vec_gelu_f32 (GGML_GELU_FP16) */
                 break;
             case LLMRT_OP_SOFTCAP:
                 for (int64_t i = 0; i < ne0; i++) y[i] = param * tanhf(x[i] / param);
@@ -115,8 +108,7 @@ void llmrt_compute_glu(const llmrt_compute_params *p, llmrt_tensor *dst) {
             const float *u = (const float *)((const char *)up->data + r * up->nb[1]);
             float *y = (float *)((char *)dst->data + r * dst->nb[1]);
             if (act == LLMRT_GLU_GELU) {
-                /* ggml_vec_geglu_f32: like gelu, but x >= 10 gives x * up */
-                for (int64_t i = 0; i < ne0; i++) y[i] = gelu_table_f32(g[i]) * u[i];
+                p->ctx->kt->vec_geglu((int)ne0, y, g, u); /* ggml_vec_geglu_f32: x >= 10 gives x * up */
             } else {
                 p->ctx->kt->vec_swiglu((int)ne0, y, g, u); /* ggml_vec_swiglu_f32 */
             }

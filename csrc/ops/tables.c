@@ -9,7 +9,7 @@
 #include "ops/ops.h"
 
 float llmrt_table_f32_f16[1 << 16];
-llmrt_fp16_t llmrt_table_gelu_f16[1 << 16];
+llmrt_fp16_t llmrt_table_gelu_f16[LLMRT_GELU_TABLE_N]; /* entries past 0xffff stay 0 */
 
 /* ggml's constants for the tanh approximation. */
 #define GELU_COEF_A 0.044715f

@@ -182,7 +182,9 @@ typedef struct {
     llmrt_vec_glu_fn vec_swiglu;       /* ggml_vec_swiglu_f32 */
     llmrt_vec_unary_fn vec_silu;       /* ggml_vec_silu_f32 */
     llmrt_vec_soft_max_fn vec_soft_max; /* ggml_vec_soft_max_f32 */
-    const char *vec_swiglu_name, *vec_silu_name, *vec_soft_max_name;
+    llmrt_vec_glu_fn vec_geglu;        /* ggml_vec_geglu_f32 (GGML_GELU_FP16: the f16 table) */
+    llmrt_vec_unary_fn vec_gelu;       /* ggml_vec_gelu_f32 (the same table) */
+    const char *vec_swiglu_name, *vec_silu_name, *vec_soft_max_name, *vec_geglu_name, *vec_gelu_name;
     /* Packed weights (gemm.h): load-time layout (the same at every ISA level, so filled by the
      * generic level only) and the matmul kernel over one group (per ISA, bit-exact with vec_dot). */
     int pack_rows[LLMRT_TYPE_COUNT];                          /* R; 0 = type has no packed path */
@@ -299,6 +301,19 @@ static inline llmrt_bf16_t llmrt_fp32_to_bf16(float f) {
     uint32_t x = in.u;
     if ((x & 0x7fffffffu) > 0x7f800000u) return (llmrt_bf16_t)((x >> 16) | 64); /* quiet nan */
     return (llmrt_bf16_t)((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
+}
+
+/* ggml's CPU GELU (GGML_GELU_FP16) over every half value, filled by llmrt_ops_init (ops/tables.c);
+ * two spare zero entries so that a 32-bit gather at index 65535 stays inside the array. */
+#define LLMRT_GELU_TABLE_N ((1 << 16) + 2)
+extern llmrt_fp16_t llmrt_table_gelu_f16[LLMRT_GELU_TABLE_N];
+
+/* GELU of one value as ggml's table path: 0 at or below -10, x at or above 10, else the table at
+ * x rounded to f16. */
+static inline float llmrt_gelu_table_f32(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return llmrt_fp16_to_fp32(llmrt_table_gelu_f16[llmrt_fp32_to_fp16(x)]);
 }
 
 #ifdef __cplusplus

@@ -451,6 +451,43 @@ static void vec_silu_avx2(int n, float *y, const float *x) {
     for (; i < n; i++) y[i] = silu_f32_scalar(x[i]);
 }
 
+/* GELU through the f16 table (GGML_GELU_FP16), 8 at a time: F16C rounds x to half (to nearest
+ * even, as the scalar conversion), a 32-bit gather at 2 * h reads table[h] in its low half (the
+ * table has spare entries past 0xffff), F16C widens it back; lanes at or above 10 take x, at or
+ * below -10 zero. The same values as the scalar loop, so the same results bit for bit. */
+static inline __m256 v_gelu_table_avx2(__m256 x, __m256 *lo) {
+    const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i t = _mm256_i32gather_epi32((const int *)(const void *)llmrt_table_gelu_f16,
+                                             _mm256_cvtepu16_epi32(h), 2);
+    /* low 16 bits of each lane -> 8 packed halves (packus keeps them: and-ed to 16 bits) */
+    const __m256i t16 = _mm256_and_si256(t, _mm256_set1_epi32(0xffff));
+    const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(t16, t16), 0x08);
+    const __m256 v = _mm256_cvtph_ps(_mm256_castsi256_si128(pk));
+    *lo = _mm256_cmp_ps(x, _mm256_set1_ps(-10.0f), _CMP_LE_OQ);
+    const __m256 hi = _mm256_cmp_ps(x, _mm256_set1_ps(10.0f), _CMP_GE_OQ);
+    return _mm256_blendv_ps(v, x, hi);
+}
+
+static void vec_gelu_avx2(int n, float *y, const float *x) {
+    int i = 0;
+    for (; i + 7 < n; i += 8) {
+        __m256 lo;
+        const __m256 v = v_gelu_table_avx2(_mm256_loadu_ps(x + i), &lo);
+        _mm256_storeu_ps(y + i, _mm256_andnot_ps(lo, v));
+    }
+    for (; i < n; i++) y[i] = llmrt_gelu_table_f32(x[i]);
+}
+
+static void vec_geglu_avx2(int n, float *y, const float *x, const float *g) {
+    int i = 0;
+    for (; i + 7 < n; i += 8) {
+        __m256 lo;
+        const __m256 v = v_gelu_table_avx2(_mm256_loadu_ps(x + i), &lo);
+        _mm256_storeu_ps(y + i, _mm256_andnot_ps(lo, _mm256_mul_ps(v, _mm256_loadu_ps(g + i))));
+    }
+    for (; i < n; i++) y[i] = x[i] <= -10.0f ? 0.0f : llmrt_gelu_table_f32(x[i]) * g[i];
+}
+
 /* ggml_vec_soft_max_f32: blocks of 8 with the vector exp, each block's f32 horizontal sum added to
  * a double; then a scalar tail with libm expf. */
 static double vec_soft_max_avx2(int n, float *y, const float *x, float max) {
@@ -497,6 +534,10 @@ void llmrt_register_kernels_avx2(llmrt_kernel_table *kt) {
     kt->vec_silu_name = "vec_silu_avx2";
     kt->vec_soft_max = vec_soft_max_avx2;
     kt->vec_soft_max_name = "vec_soft_max_avx2";
+    kt->vec_gelu = vec_gelu_avx2;
+    kt->vec_gelu_name = "vec_gelu_avx2";
+    kt->vec_geglu = vec_geglu_avx2;
+    kt->vec_geglu_name = "vec_geglu_avx2";
 
     /* activations: ggml's run-time rounding for Q8_0 / Q8_1, the reference one for the rest */
     SET_QA(LLMRT_TYPE_F16, quant_row_f16_avx2);
