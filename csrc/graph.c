@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "llmrt/amx.h"
 #include "ops/ops.h"
@@ -64,6 +65,10 @@ struct llmrt_graph {
     int plan_n, plan_n_out;      /* the run shape `single` / `barrier_before` were made for */
     int n_barriers;
     int64_t single_work;         /* nodes with less work run on thread 0 (SINGLE_THREAD_WORK) */
+    int profile;                 /* 1: thread 0 times every node (llmrt_graph_set_profile) */
+    int64_t *prof_ns;            /* [n_nodes] thread 0's wall time in the node, its barrier included */
+    int64_t *prof_wait_ns;       /* [n_nodes] of which waiting at the barrier before it */
+    int64_t prof_runs;           /* runs timed since profiling was switched on */
 
     pthread_mutex_t run_lock;    /* one run at a time per graph */
     llmrt_run_ctx ctx;           /* the current run */
@@ -122,6 +127,8 @@ void llmrt_graph_free(llmrt_graph *g) {
     free(g->counters);
     free(g->single);
     free(g->barrier_before);
+    free(g->prof_ns);
+    free(g->prof_wait_ns);
     pthread_mutex_destroy(&g->run_lock);
     free(g);
 }
@@ -617,9 +624,12 @@ int llmrt_graph_build(llmrt_graph *g) {
     free(g->counters);
     free(g->single);
     free(g->barrier_before);
+    free(g->prof_ns);
+    free(g->prof_wait_ns);
     g->arena = g->wdata = NULL;
     g->counters = NULL;
     g->single = g->barrier_before = NULL;
+    g->prof_ns = g->prof_wait_ns = NULL;
 
     /* Lifetimes: a tensor's memory is needed until the last node reading it or a view of it. */
     for (int i = 0; i < g->n_tensors; i++) g->tensors[i]->last_use = g->tensors[i]->node;
@@ -686,7 +696,11 @@ int llmrt_graph_build(llmrt_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) atomic_init(&g->counters[i], 0);
     g->single = (uint8_t *)calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), 1);
     g->barrier_before = (uint8_t *)calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), 1);
-    if (g->single == NULL || g->barrier_before == NULL) return LLMRT_ENOMEM;
+    g->prof_ns = (int64_t *)calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), sizeof(int64_t));
+    g->prof_wait_ns = (int64_t *)calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), sizeof(int64_t));
+    if (g->single == NULL || g->barrier_before == NULL || g->prof_ns == NULL || g->prof_wait_ns == NULL) {
+        return LLMRT_ENOMEM;
+    }
     g->plan_n = g->plan_n_out = -1;
     g->built = 1;
     return LLMRT_OK;
@@ -777,6 +791,12 @@ static void compute_forward(const llmrt_compute_params *p, llmrt_tensor *t) {
     }
 }
 
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static void graph_worker(void *arg, int ith, int nth) {
     llmrt_graph *g = (llmrt_graph *)arg;
     llmrt_compute_params p;
@@ -785,12 +805,19 @@ static void graph_worker(void *arg, int ith, int nth) {
     p.wdata = (char *)g->wdata + (size_t)ith * g->wstride;
     p.wsize = g->wstride;
     p.ctx = &g->ctx;
+    const int prof = g->profile && ith == 0;
     for (int i = 0; i < g->n_nodes; i++) {
+        const int64_t t0 = prof ? now_ns() : 0;
         if (g->barrier_before[i]) llmrt_threadpool_barrier(g->pool);
+        const int64_t t1 = prof ? now_ns() : 0;
         if (g->single[i] && ith != 0) continue;
         p.nth = g->single[i] ? 1 : nth;
         p.counter = &g->counters[i];
         compute_forward(&p, g->nodes[i]);
+        if (prof) {
+            g->prof_wait_ns[i] += t1 - t0;
+            g->prof_ns[i] += now_ns() - t0;
+        }
     }
 }
 
@@ -885,6 +912,7 @@ int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache
     if (in->n != g->plan_n || n_out != g->plan_n_out) plan_run(g, in->n, n_out);
 
     llmrt_threadpool_run(g->pool, graph_worker, g);
+    if (g->profile) g->prof_runs++;
 
     const llmrt_tensor *y = g->tensors[g->output];
     memcpy(out, y->data, y->nb[y->tok_dim] * (size_t)y->ne[y->tok_dim]);
@@ -911,6 +939,27 @@ int llmrt_graph_max_out(const llmrt_graph *g) { return g->max_out; }
 size_t llmrt_graph_arena_bytes(const llmrt_graph *g) { return g->built ? g->arena_size : 0; }
 size_t llmrt_graph_tensor_bytes(const llmrt_graph *g) { return g->tensor_bytes; }
 int llmrt_graph_n_barriers(const llmrt_graph *g) { return g->built ? g->n_barriers : 0; }
+
+void llmrt_graph_set_profile(llmrt_graph *g, int on) {
+    pthread_mutex_lock(&g->run_lock);
+    g->profile = on != 0;
+    if (g->built) {
+        memset(g->prof_ns, 0, (size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof(int64_t));
+        memset(g->prof_wait_ns, 0, (size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof(int64_t));
+    }
+    g->prof_runs = 0;
+    pthread_mutex_unlock(&g->run_lock);
+}
+
+int64_t llmrt_graph_profile(llmrt_graph *g, int64_t *ns, int64_t *wait_ns) {
+    if (!g->built) return 0;
+    pthread_mutex_lock(&g->run_lock);
+    memcpy(ns, g->prof_ns, (size_t)g->n_nodes * sizeof(int64_t));
+    memcpy(wait_ns, g->prof_wait_ns, (size_t)g->n_nodes * sizeof(int64_t));
+    const int64_t runs = g->prof_runs;
+    pthread_mutex_unlock(&g->run_lock);
+    return runs;
+}
 int64_t llmrt_graph_single_work(const llmrt_graph *g) { return g->single_work; }
 
 void llmrt_graph_set_single_work(llmrt_graph *g, int64_t work) {

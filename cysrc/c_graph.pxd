@@ -162,6 +162,8 @@ cdef extern from "llmrt/graph.h" nogil:
     size_t llmrt_graph_arena_bytes(const llmrt_graph *g)
     size_t llmrt_graph_tensor_bytes(const llmrt_graph *g)
     int llmrt_graph_n_barriers(const llmrt_graph *g)
+    void llmrt_graph_set_profile(llmrt_graph *g, int on)
+    int64_t llmrt_graph_profile(llmrt_graph *g, int64_t *ns, int64_t *wait_ns)
     int64_t llmrt_graph_single_work(const llmrt_graph *g)
     void llmrt_graph_set_single_work(llmrt_graph *g, int64_t work)
     const char *llmrt_op_name(int op)

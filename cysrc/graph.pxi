@@ -850,6 +850,31 @@ cdef class Graph:
         """Sum of all intermediate tensors' sizes at capacity (the arena without reuse)."""
         return llmrt_graph_tensor_bytes(self.g)
 
+    def set_profile(self, bint on=True):
+        """Profiling: on, thread 0 times every node of every run from now on (wall time in the
+        node, including the barrier before it); off stops. Both clear the sums."""
+        llmrt_graph_set_profile(self.g, on)
+
+    def profile(self):
+        """(runs, rows): the per-node sums since set_profile(True), rows of (node index, op name,
+        weight type id of a mul_mat or -1, ns, barrier wait ns), in execution order."""
+        cdef int n = llmrt_graph_n_nodes(self.g)
+        if not llmrt_graph_is_built(self.g) or n < 1:
+            return 0, []
+        cdef cnp.ndarray[cnp.int64_t, ndim=1] ns = np.zeros(n, dtype=np.int64)
+        cdef cnp.ndarray[cnp.int64_t, ndim=1] wait = np.zeros(n, dtype=np.int64)
+        cdef int64_t runs = llmrt_graph_profile(self.g, &ns[0], &wait[0])
+        cdef const llmrt_tensor *t
+        rows = []
+        for i in range(llmrt_graph_n_tensors(self.g)):
+            t = llmrt_graph_tensor(self.g, i)
+            if t == NULL or t.node < 0 or t.node >= n:
+                continue
+            wt = t.src[0].type if t.op == LLMRT_OP_MUL_MAT and t.src[0] != NULL else -1
+            rows.append((t.node, llmrt_op_name(t.op).decode(), wt, int(ns[t.node]), int(wait[t.node])))
+        rows.sort()
+        return int(runs), rows
+
     @property
     def n_barriers(self):
         """Barriers per run in the plan of the last run (the plan depends on n)."""

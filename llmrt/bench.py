@@ -12,6 +12,10 @@ The bandwidth bound of decoding: every generated token reads every matmul weight
 output matrix included, the embedding table only for one row), so tokens/s can not exceed
 bandwidth / weight_bytes_per_token. `bandwidth_bound()` measures the read bandwidth with the
 same thread count (csrc/membw.c) and reports that bound; tg / bound is the fraction of it reached.
+
+With profile=True (`llmrt bench --profile`) the timed runs also time every graph node on thread 0
+(csrc/graph.c: wall time in the node, the barrier before it included) and each result carries
+the sums per op and weight type, per run: where a pp or a tg run spends its time.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ class BenchResult:
     n_gen: int = 0
     reps: int = 0
     samples: List[float] = field(default_factory=list)
+    profile: List[dict] = field(default_factory=list)   # with profile=True: see profile_rows()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,9 +68,45 @@ def _stats(samples: List[float]):
     return mean, sd
 
 
+def profile_rows(graphs) -> List[dict]:
+    """The profiles of `graphs` (llmrt._core.Graph, profiling on) summed per (op, weight type):
+    [{"op", "type", "nodes", "ms_per_run", "wait_ms_per_run"}], largest first. mul_mat rows
+    name their weight type (e.g. "mul_mat Q5_0"); "barrier wait" is the part of ms spent waiting
+    for the other threads before the node."""
+    from llmrt import _core
+
+    acc = {}
+    for g in graphs:
+        runs, rows = g.profile()
+        if runs == 0:
+            continue
+        for _, op, wt, ns, wait in rows:
+            tname = (_core.type_traits(wt) or ("?",))[0] if wt >= 0 else ""
+            a = acc.setdefault((op, tname), [0, 0.0, 0.0])
+            a[0] += 1
+            a[1] += ns / runs / 1e6
+            a[2] += wait / runs / 1e6
+    out = [{"op": op, "type": t, "nodes": v[0], "ms_per_run": v[1], "wait_ms_per_run": v[2]}
+           for (op, t), v in acc.items()]
+    return sorted(out, key=lambda d: -d["ms_per_run"])
+
+
+def format_profile(r: BenchResult) -> str:
+    """A markdown table of r.profile (thread 0's time per run, by op)."""
+    total = sum(d["ms_per_run"] for d in r.profile) or 1.0
+    lines = [f"{r.test}: thread 0's time per run, by op (barrier waits included)", "",
+             "| op | weight | nodes | ms / run | % | of which barrier wait ms |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for d in r.profile:
+        lines.append(f"| {d['op']} | {d['type']} | {d['nodes']} | {d['ms_per_run']:.3f} | "
+                     f"{100 * d['ms_per_run'] / total:.1f} | {d['wait_ms_per_run']:.3f} |")
+    return "\n".join(lines)
+
+
 def run(model, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: int = 0,
-        progress=None) -> List[BenchResult]:
-    """Run pp<n_prompt> (if > 0) and tg<n_gen> (if > 0) on `model` (an llmrt.Model)."""
+        progress=None, profile: bool = False) -> List[BenchResult]:
+    """Run pp<n_prompt> (if > 0) and tg<n_gen> (if > 0) on `model` (an llmrt.Model); profile:
+    also time every graph node (see the module doc)."""
     from llmrt import _core
 
     if reps < 1:
@@ -94,19 +135,30 @@ def run(model, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: int =
             sess.eval(tok)
         return n_gen / (time.perf_counter() - t0)
 
+    def graphs():
+        return list(model._graphs.values())
+
     for test, fn, n in (("pp", pp, n_prompt), ("tg", tg, n_gen)):
         if n <= 0:
             continue
         fn()                                    # warm-up
+        if profile:
+            for g in graphs():
+                g.set_profile(True)
         samples = []
         for _ in range(reps):
             samples.append(fn())
             if progress is not None:
                 progress(1)
+        prof = []
+        if profile:
+            prof = profile_rows(graphs())
+            for g in graphs():
+                g.set_profile(False)
         mean, sd = _stats(samples)
         out.append(BenchResult(f"{test}{n}", mean, sd, model.n_threads, isa, name,
                                n_prompt if test == "pp" else 0, n_gen if test == "tg" else 0,
-                               reps, samples))
+                               reps, samples, prof))
     return out
 
 

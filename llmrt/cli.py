@@ -487,10 +487,12 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
               help="A markdown table (as llama-bench) or one JSON list.")
 @click.option("--bandwidth/--no-bandwidth", default=True, show_default=True,
               help="Also measure memory read bandwidth and report tg as a fraction of the bound.")
+@click.option("--profile", is_flag=True,
+              help="Also time every graph node and print where each test's time goes, by op.")
 @_THREADS_OPTION
 @_wq_options
 @friendly_errors
-def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads, wq):
+def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, profile, threads, wq):
     """Benchmark MODEL as llama-bench does: pp<P> (prompt processing, t/s) and tg<N> (decoding,
     t/s), mean ± sd over the repetitions."""
     import json
@@ -505,7 +507,8 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads, wq):
     load_s = time.perf_counter() - t0
     n_runs = repetitions * ((n_prompt > 0) + (n_gen > 0))
     with Progress(total=n_runs, desc="bench") as bar:
-        results = bench_mod.run(m, n_prompt, n_gen, repetitions, progress=bar.update)
+        results = bench_mod.run(m, n_prompt, n_gen, repetitions, progress=bar.update,
+                                profile=profile)
     bound = bench_mod.bandwidth_bound(m) if bandwidth and n_gen > 0 else None
     name = os.path.basename(m.path)
     if output == "json":
@@ -513,6 +516,8 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads, wq):
         for r in results:
             d = {"test": r.test, "t_s": r.t_s, "t_s_sd": r.t_s_sd, "n_threads": r.n_threads,
                  "isa": r.isa, "model": name, "load_s": load_s, "samples": r.samples}
+            if profile:
+                d["profile"] = r.profile
             if bound is not None and r.test.startswith("tg"):
                 d.update(read_bandwidth_gb_s=bound["read_bandwidth_gb_s"],
                          weight_bytes_per_token=bound["weight_bytes_per_token"],
@@ -529,6 +534,10 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, threads, wq):
                    f"per token / {bound['read_bandwidth_gb_s']:.1f} GB/s read ({bound['n_threads']} "
                    f"threads) = {bound['tg_bound_t_s']:.1f} t/s; {tg.test} reaches "
                    f"{100 * tg.t_s / bound['tg_bound_t_s']:.0f} % of it")
+    if profile:
+        for r in results:
+            click.echo("\n" + bench_mod.format_profile(r))
+
 @main.command()
 @click.argument("input_path", metavar="IN.gguf")
 @click.argument("output_path", metavar="OUT.gguf")

@@ -84,3 +84,29 @@ def test_weight_bytes_per_token_counts_weights_quantized_at_load(tmp_path):
     q8 = bench.weight_bytes_per_token(Model(path, n_threads=1, ctx_size=32, weight_dtype="int8"))
     # matmul weights go from 4 bytes to 34/32 bytes per value; norms stay f32
     assert q8 < f32 * 0.5
+
+
+def test_bench_profile_accounts_for_the_run(tiny_path):
+    """--profile: every node of the 2-layer model is timed; per run, the ops' time adds up to no
+    more than the run's wall time, and to most of it (the rest is Python around the graph)."""
+    m = Model(tiny_path, n_threads=2)
+    res = bench.run(m, n_prompt=32, n_gen=8, reps=2, profile=True)
+    for r in res:
+        ops = {(d["op"], d["type"]): d for d in r.profile}
+        assert ops[("mul_mat", "Q8_0")]["nodes"] == 2 * 7 + 1      # 7 projections per layer + output
+        assert ops[("rms_norm", "")]["nodes"] == 2 * 2 + 1
+        assert ops[("attention", "")]["nodes"] == 2
+        ms = sum(d["ms_per_run"] for d in r.profile)
+        per_run_ms = 1e3 * (r.n_prompt or 1) / r.t_s      # pp: one run of n_prompt; tg: one per token
+        assert 0 < ms <= per_run_ms * (1 + PROFILE_SLACK)
+        for d in r.profile:
+            assert 0 <= d["wait_ms_per_run"] <= d["ms_per_run"]
+    r = run(["bench", tiny_path, "-p", "8", "-n", "2", "-r", "1", "-t", "1", "--profile"])
+    assert r.exit_code == 0, r.stderr
+    assert "pp8: thread 0's time per run, by op" in r.stdout
+    assert "| mul_mat | Q8_0 | 15 |" in r.stdout
+
+
+# mean t/s over runs vs the mean of per-run times: the per-run sums may exceed 1 / mean(t/s)
+# by the spread of the samples; 50 % is far beyond what two samples of a loaded machine differ by.
+PROFILE_SLACK = 0.5

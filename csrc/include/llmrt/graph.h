@@ -209,6 +209,11 @@ size_t llmrt_graph_arena_bytes(const llmrt_graph *g);
 size_t llmrt_graph_tensor_bytes(const llmrt_graph *g);
 /* Barriers per run in the plan of the last run (0 before the first run). */
 int llmrt_graph_n_barriers(const llmrt_graph *g);
+/* Profiling: on = 1 makes thread 0 time every node of every run (its wall time in the node,
+ * including the barrier before it, and that barrier's wait alone); on or off clears the sums.
+ * llmrt_graph_profile copies the sums (ns, [n_nodes] each) and returns the runs they cover. */
+void llmrt_graph_set_profile(llmrt_graph *g, int on);
+int64_t llmrt_graph_profile(llmrt_graph *g, int64_t *ns, int64_t *wait_ns);
 /* Nodes with less work than this (elements, or multiply-adds for mul_mat) run on thread 0 alone.
  * Default 32768; 0 shares every node (tests use it to exercise the parallel paths). */
 int64_t llmrt_graph_single_work(const llmrt_graph *g);
