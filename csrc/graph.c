@@ -616,6 +616,49 @@ static size_t op_wsize(const llmrt_tensor *t) {
     }
 }
 
+/* Fusion: rms_norm(x) * w, with w an F32 weight of ne0 values broadcast over the rest, becomes
+ * one RMS_NORM node that multiplies by w as it writes (norm.c): y = (x * scale) * w, the same two
+ * roundings as the two nodes, one pass over the rows and one node (and barrier) fewer. Done when
+ * the MUL is the only reader of the norm (no view of it, not the output). The MUL tensor turns
+ * into the fused node, so ids held by callers stay valid; the norm tensor leaves the node list. */
+static void fuse_rms_norm_mul(llmrt_graph *g) {
+    int *readers = (int *)calloc((size_t)g->n_tensors, sizeof(int));
+    if (readers == NULL) return;                          /* no fusion: still correct */
+    for (int i = 0; i < g->n_tensors; i++) {
+        const llmrt_tensor *t = g->tensors[i];
+        if (t->view_src != NULL) readers[t->view_src->id]++;
+        for (int s = 0; s < LLMRT_MAX_SRC; s++) {
+            if (t->src[s] != NULL) readers[t->src[s]->id]++;
+        }
+    }
+    int fused = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        llmrt_tensor *m = g->nodes[i];
+        llmrt_tensor *r = m->op == LLMRT_OP_MUL ? m->src[0] : NULL;
+        llmrt_tensor *w = m->op == LLMRT_OP_MUL ? m->src[1] : NULL;
+        if (r != NULL && r->op == LLMRT_OP_RMS_NORM && r->src[1] == NULL && readers[r->id] == 1 &&
+            r->id != g->output && w != NULL && !is_act(w) && w->type == LLMRT_TYPE_F32 &&
+            w->ne[0] == r->ne[0] && w->ne[1] * w->ne[2] * w->ne[3] == 1) {
+            m->op = LLMRT_OP_RMS_NORM;
+            m->src[0] = r->src[0];
+            m->src[1] = w;
+            memcpy(m->op_params, r->op_params, sizeof(m->op_params));
+            r->src[0] = NULL;                             /* r: a dead tensor, no longer a node */
+            r->node = -1;
+            fused++;
+        }
+    }
+    if (fused > 0) {
+        int n = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            if (g->nodes[i]->node >= 0) g->nodes[n++] = g->nodes[i];
+        }
+        g->n_nodes = n;
+        for (int i = 0; i < n; i++) g->nodes[i]->node = i;
+    }
+    free(readers);
+}
+
 int llmrt_graph_build(llmrt_graph *g) {
     if (g->built || g->output < 0) return LLMRT_EINVAL;
     /* (what a failed earlier attempt may have left) */
@@ -630,6 +673,8 @@ int llmrt_graph_build(llmrt_graph *g) {
     g->counters = NULL;
     g->single = g->barrier_before = NULL;
     g->prof_ns = g->prof_wait_ns = NULL;
+
+    fuse_rms_norm_mul(g);
 
     /* Lifetimes: a tensor's memory is needed until the last node reading it or a view of it. */
     for (int i = 0; i < g->n_tensors; i++) g->tensors[i]->last_use = g->tensors[i]->node;

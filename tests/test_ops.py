@@ -117,6 +117,40 @@ def test_rms_norm(rng, shape):
     np.testing.assert_allclose(y, ref, rtol=NORM_RTOL, atol=F32_ATOL)
 
 
+@pytest.mark.parametrize("shape", [(5, 37), (4, 3, 13)], ids=["2d", "3d-per-head"])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_rms_norm_times_weight_is_fused_and_bit_exact(rng, shape, n_threads):
+    """rms_norm(x) * w (an F32 weight over ne0) runs as one node (graph.c fuses it) and gives
+    the two nodes' results bit for bit; a norm read twice, or a weight of another shape or type,
+    keeps its own MUL node."""
+    x = rng.standard_normal(shape).astype(np.float32) * 3
+    w = rng.standard_normal(shape[-1]).astype(np.float32)
+
+    def build(kind):
+        b = Builder(shape[0], n_threads)
+        n = b.g.rms_norm(b.act(x), 1e-6)
+        if kind == "fused":
+            y = b.g.mul(n, b.weight(w))
+        elif kind == "norm-read-twice":                 # y = n * w + n: n has two readers
+            y = b.g.add(b.g.mul(n, b.weight(w)), n)
+        else:                                           # an f16 weight: not fused
+            y = b.g.mul(n, b.weight(w, int(T.F16)))
+        out = b.run(y)
+        return out, b.g.n_nodes
+
+    y, nodes = build("fused")
+    twice, nodes_twice = build("norm-read-twice")
+    f16, nodes_f16 = build("f16-weight")
+    # unfused references: the norm alone, times w in numpy (one f32 rounding, as the MUL node)
+    b = Builder(shape[0], n_threads)
+    normed = b.run(b.g.rms_norm(b.act(x), 1e-6))
+    np.testing.assert_array_equal(y, normed * w)
+    np.testing.assert_array_equal(twice, normed * w + normed)
+    np.testing.assert_array_equal(f16, normed * w.astype(np.float16).astype(np.float32))
+    assert nodes == nodes_f16 - 1                       # the MUL folded into the norm
+    assert nodes_twice == nodes_f16 + 1                 # MUL and ADD both kept
+
+
 @pytest.mark.parametrize("op", ["add", "mul"])
 @pytest.mark.parametrize("bkind", ["act", "vec-f32", "vec-f16", "vec-bf16", "scalar-f32",
                                    "per-head-f32"])
