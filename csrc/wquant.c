@@ -107,22 +107,71 @@ static inline int q4_of(int layout, float x, const wq_params *p) {
 
 typedef struct { double sl, sll, slx; } lsums;  /* sum L, sum L^2, sum L x over a group */
 
+/* The hot loops below keep WQ_LANES independent partial sums (j = i % WQ_LANES), so the compiler
+ * vectorizes them without reassociating anything; n is a multiple of 32. */
+#define WQ_LANES 8
+
+/* int4 quant of v = (x - c) a + b once v is known to lie well inside int range: the same integer
+ * as to_int_clamped(v, 0, 15) (trunc, then clamp; for -1 < v < 0 both give 0), in integer
+ * arithmetic, which the compiler vectorizes (a float clamp with NaN semantics it does not). */
+static inline int q4_int(float v) {
+    int q = (int)v;
+    q = q < 0 ? 0 : q;
+    return q > 15 ? 15 : q;
+}
+
 /* One pass over a group with params p: the real squared error of the values the blocks hold
- * (q d + m, as dequantized), and the sums of the quants for a refit (Q4_0: L = q - 8). */
-static double pass_q4(int layout, const float *x, int64_t n, const wq_params *p, lsums *s) {
+ * (q d + m, as dequantized), and the sums of the quants for a refit (Q4_0: L = q - 8). The error
+ * is summed in double: it decides between the search and min/max. lo, hi: the group's extremes
+ * (all values finite). */
+static double pass_q4(int layout, const float *x, int64_t n, float lo, float hi, const wq_params *p,
+                      lsums *s) {
     const float d = f16_round(p->d), m = f16_round(p->m);
-    double err = 0.0, sl = 0.0, sll = 0.0, slx = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        const int q = q4_of(layout, x[i], p);
-        const float l = (float)(layout == LLMRT_TYPE_Q4_0 ? q - 8 : q);
-        const double e = (double)(l * d + m) - (double)x[i];
-        err += e * e;
-        sl += l;
-        sll += (double)l * l;
-        slx += (double)l * x[i];
+    /* q4_of(x) = to_int_clamped((x - c) a + b, 0, 15) */
+    const float c = layout == LLMRT_TYPE_Q4_0 ? 0.0f : p->ma, a = p->ida;
+    const float b = layout == LLMRT_TYPE_Q4_0 ? 8.5f : 0.5f, off = layout == LLMRT_TYPE_Q4_0 ? 8.0f : 0.0f;
+    /* (x - c) a + b is monotonic in x: bounded by its values at lo and hi */
+    const int fast = fabsf((lo - c) * a) < 1e9f && fabsf((hi - c) * a) < 1e9f;
+    double err[WQ_LANES] = {0}, slx[WQ_LANES] = {0};
+    float sl[WQ_LANES] = {0}, sll[WQ_LANES] = {0};  /* integers < 2^24: exact */
+#define PASS_LOOP(QOF)                                                                            \
+    for (int64_t i = 0; i < n; i += WQ_LANES) {                                                   \
+        for (int j = 0; j < WQ_LANES; j++) {                                                      \
+            const float v = (x[i + j] - c) * a + b;                                               \
+            const float l = (float)(QOF) - off;                                                   \
+            const double e = (double)(l * d + m) - (double)x[i + j];                              \
+            err[j] += e * e;                                                                      \
+            sl[j] += l;                                                                           \
+            sll[j] += l * l;                                                                      \
+            slx[j] += (double)(l * x[i + j]);                                                     \
+        }                                                                                         \
     }
-    s->sl = sl, s->sll = sll, s->slx = slx;
-    return err;
+    if (fast) {
+        PASS_LOOP(q4_int(v))
+    } else {
+        PASS_LOOP(to_int_clamped(v, 0.0f, 15.0f))
+    }
+#undef PASS_LOOP
+    double e = 0.0;
+    s->sl = s->sll = s->slx = 0.0;
+    for (int j = 0; j < WQ_LANES; j++) e += err[j], s->sl += sl[j], s->sll += sll[j], s->slx += slx[j];
+    return e;
+}
+
+/* Sums of the quants L = q4_int((x - c) a + b) - off of a candidate scale (f32 partial sums:
+ * they only rank the candidates). The candidates keep |(x - c) a| <= 19 for x in the group. */
+static void cand_sums(const float *x, int64_t n, float c, float a, float b, float off, lsums *s) {
+    float sl[WQ_LANES] = {0}, sll[WQ_LANES] = {0}, slx[WQ_LANES] = {0};
+    for (int64_t i = 0; i < n; i += WQ_LANES) {
+        for (int j = 0; j < WQ_LANES; j++) {
+            const float l = (float)q4_int((x[i + j] - c) * a + b) - off;
+            sl[j] += l;
+            sll[j] += l * l;
+            slx[j] += l * x[i + j];
+        }
+    }
+    s->sl = s->sll = s->slx = 0.0;
+    for (int j = 0; j < WQ_LANES; j++) s->sl += sl[j], s->sll += sll[j], s->slx += slx[j];
 }
 
 /* Least-squares (d, m) for fixed quants (sums s over n values with sum x = sx), rounded to f16;
@@ -149,8 +198,6 @@ static int refit(int layout, const lsums *s, int64_t n, double sx, double sxx, w
 
 /* Replace p (the min/max params of x[n]) by the searched ones when their error is lower. */
 static void search_q4(int layout, const float *x, int64_t n, wq_params *p) {
-    lsums s;
-    const double ref_err = pass_q4(layout, x, n, p, &s);
     double sx = 0.0, sxx = 0.0;
     float lo = FLT_MAX, hi = -FLT_MAX, vmax = 0.0f;
     for (int64_t i = 0; i < n; i++) {
@@ -160,7 +207,10 @@ static void search_q4(int layout, const float *x, int64_t n, wq_params *p) {
         hi = fmaxf(hi, x[i]);
         if (fabsf(vmax) < fabsf(x[i])) vmax = x[i];
     }
-    if (!(ref_err > 0.0) || !(hi > lo)) return;     /* exact already, constant, or NaN */
+    if (!isfinite(sxx) || !(hi > lo)) return;      /* inf / NaN, or constant: keep min/max */
+    lsums s;
+    const double ref_err = pass_q4(layout, x, n, lo, hi, p, &s);
+    if (!(ref_err > 0.0)) return;                   /* exact already */
     wq_params best = *p, c;
     double best_err = INFINITY, e;
     /* Q4_1: L = round((x - lo) * is) in 0..15; Q4_0: L = round(x * is) in -8..7, with vmax on
@@ -176,26 +226,19 @@ static void search_q4(int layout, const float *x, int64_t n, wq_params *p) {
                 iscale = (15.0f + t) / (hi - lo);
             }
             if (!(iscale > 0.0f || iscale < 0.0f) || !isfinite(iscale)) continue;
-            double sl = 0.0, sll = 0.0, slx = 0.0;
-            for (int64_t i = 0; i < n; i++) {
-                const float l = layout == LLMRT_TYPE_Q4_0
-                    ? (float)(to_int_clamped(x[i] * iscale + 8.5f, 0.0f, 15.0f) - 8)
-                    : (float)to_int_clamped((x[i] - lo) * iscale + 0.5f, 0.0f, 15.0f);
-                sl += l;
-                sll += (double)l * l;
-                slx += (double)l * x[i];
-            }
-            const lsums cs = {sl, sll, slx};
+            lsums cs;
+            if (layout == LLMRT_TYPE_Q4_0) cand_sums(x, n, 0.0f, iscale, 8.5f, 8.0f, &cs);
+            else cand_sums(x, n, lo, iscale, 0.5f, 0.0f, &cs);
             if (refit(layout, &cs, n, sx, sxx, &c, &e) && e < best_err) best = c, best_err = e;
         }
     }
     if (best_err == INFINITY) return;
     /* refine: quants nearest to the stored grid, refit, while the real error drops */
-    best_err = pass_q4(layout, x, n, &best, &s);
+    best_err = pass_q4(layout, x, n, lo, hi, &best, &s);
     for (int it = 0; it < WQ_NITER; it++) {
         if (!refit(layout, &s, n, sx, sxx, &c, &e)) break;
         lsums cs;
-        const double ce = pass_q4(layout, x, n, &c, &cs);
+        const double ce = pass_q4(layout, x, n, lo, hi, &c, &cs);
         if (!(ce < best_err)) break;
         best = c, best_err = ce, s = cs;
     }
