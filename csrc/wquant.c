@@ -2,17 +2,21 @@
  * wquant.c — group-wise weight-only quantization at load (neural-speed's knobs, llmrt/wquant.py).
  *
  * A row x[k] is cut into groups of `group` elements (group = -1 / <= 0: one group per row, i.e. per
- * output channel). Each group gets ONE scale (and, for asym, one minimum), computed exactly as
- * ggml's reference quantizer computes it for a 32-block, but over the whole group; that scale is
- * then written into every 32-element block of the group. So the result is a plain GGUF-layout
- * tensor (Q4_0 / Q4_1 / Q8_0, or the private WQ_Q8A) that every existing kernel runs, holding
- * exactly the group-wise quantized values. With group = 32 the bytes equal ggml's quantize_row_*_ref.
+ * output channel). Each group gets ONE scale (and, for asym, one minimum), written into every
+ * 32-element block of the group. So the result is a plain GGUF-layout tensor (Q4_0 / Q4_1 / Q8_0,
+ * or the private WQ_Q8A) that every existing kernel runs, holding exactly the group-wise
+ * quantized values.
+ *
+ * LLMRT_WQ_MINMAX: the scale (and min) computed as ggml's reference quantizer computes it for a
+ * 32-block, but over the whole group (group = 32: the bytes of ggml's quantize_row_*_ref):
  *
  *   int4 sym  -> Q4_0    d = v / -8 (v: the value of largest |v|), q = min(15, trunc(x/d + 8.5))
  *   int4 asym -> Q4_1    d = (max - min) / 15, m = min,            q = min(15, trunc((x-m)/d + 0.5))
  *   int8 sym  -> Q8_0    d = amax / 127,                           q = round(x/d)
  *   int8 asym -> WQ_Q8A  d = (max - min) / 255, m = min,           q = min(255, trunc((x-m)/d + 0.5)) - 128
- * (each with id = 1/d, or 0 when d == 0; d and m are stored as f16). Memory cost: the scale is
+ * (each with id = 1/d, or 0 when d == 0; d and m are stored as f16).
+ * LLMRT_WQ_SEARCH: int4 scales (and mins) searched for the least squared error of the group
+ * (search_q4 below), never worse than min/max; int8 stays min/max. Memory cost: the scale is
  * repeated per 32-block, so every group size costs what group 32 costs (Q4_0 4.5 bits/weight,
  * Q4_1 5, Q8_0 8.5, WQ_Q8A 9).
  */
