@@ -2,17 +2,21 @@
  * wquant.c — group-wise weight-only quantization at load (neural-speed's knobs, llmrt/wquant.py).
  *
  * A row x[k] is cut into groups of `group` elements (group = -1 / <= 0: one group per row, i.e. per
- * output channel). Each group gets ONE scale (and, for asym, one minimum), computed exactly as
- * ggml's reference quantizer computes it for a 32-block, but over the whole group; that scale is
- * then written into every 32-element block of the group. So the result is a plain GGUF-layout
- * tensor (Q4_0 / Q4_1 / Q8_0, or the private WQ_Q8A) that every existing kernel runs, holding
- * exactly the group-wise quantized values. With group = 32 the bytes equal ggml's quantize_row_*_ref.
+ * output channel). Each group gets ONE scale (and, for asym, one minimum), written into every
+ * 32-element block of the group. So the result is a plain GGUF-layout tensor (Q4_0 / Q4_1 / Q8_0,
+ * or the private WQ_Q8A) that every existing kernel runs, holding exactly the group-wise
+ * quantized values.
+ *
+ * LLMRT_WQ_MINMAX: the scale (and min) computed as ggml's reference quantizer computes it for a
+ * 32-block, but over the whole group (group = 32: the bytes of ggml's quantize_row_*_ref):
  *
  *   int4 sym  -> Q4_0    d = v / -8 (v: the value of largest |v|), q = min(15, trunc(x/d + 8.5))
  *   int4 asym -> Q4_1    d = (max - min) / 15, m = min,            q = min(15, trunc((x-m)/d + 0.5))
  *   int8 sym  -> Q8_0    d = amax / 127,                           q = round(x/d)
  *   int8 asym -> WQ_Q8A  d = (max - min) / 255, m = min,           q = min(255, trunc((x-m)/d + 0.5)) - 128
- * (each with id = 1/d, or 0 when d == 0; d and m are stored as f16). Memory cost: the scale is
+ * (each with id = 1/d, or 0 when d == 0; d and m are stored as f16).
+ * LLMRT_WQ_SEARCH: int4 scales (and mins) searched for the least squared error of the group
+ * (search_q4 below), never worse than min/max; int8 stays min/max. Memory cost: the scale is
  * repeated per 32-block, so every group size costs what group 32 costs (Q4_0 4.5 bits/weight,
  * Q4_1 5, Q8_0 8.5, WQ_Q8A 9).
  */
@@ -31,29 +35,44 @@ int llmrt_wq_layout(int type) {
     }
 }
 
-/* Scale (and min) of one group x[n], as the 32-block reference computes them. */
-static void group_params(int layout, const float *x, int64_t n, float *d, float *m) {
+/* How one group is written: stored scale d and min m (f16-rounded when written), and the
+ * assignment the quants come from: q = rounding of (x - ma) * ida (ma = m, ida = 1/d, except that
+ * the min/max reference divides by its unrounded d and subtracts its unrounded min, as ggml does). */
+typedef struct {
+    float d, m;         /* stored (Q4_0 / Q8_0: m = 0) */
+    float ma, ida;      /* assignment */
+} wq_params;
+
+static inline float f16_round(float v) { return llmrt_fp16_to_fp32(llmrt_fp32_to_fp16(v)); }
+
+/* Min/max parameters of one group x[n], as the 32-block reference computes them. */
+static void group_params(int layout, const float *x, int64_t n, wq_params *p) {
+    float d, m;
     if (layout == LLMRT_TYPE_Q4_0) {
         float amax = 0.0f, vmax = 0.0f;
         for (int64_t i = 0; i < n; i++) {
             if (amax < fabsf(x[i])) { amax = fabsf(x[i]); vmax = x[i]; }
         }
-        *d = vmax / -8.0f;
-        *m = 0.0f;
+        d = vmax / -8.0f;
+        m = 0.0f;
     } else if (layout == LLMRT_TYPE_Q8_0) {
         float amax = 0.0f;
         for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
-        *d = amax / 127.0f;
-        *m = 0.0f;
+        d = amax / 127.0f;
+        m = 0.0f;
     } else { /* Q4_1, WQ_Q8A: min / max */
         float lo = FLT_MAX, hi = -FLT_MAX;
         for (int64_t i = 0; i < n; i++) {
             if (x[i] < lo) lo = x[i];
             if (x[i] > hi) hi = x[i];
         }
-        *d = (hi - lo) / (layout == LLMRT_TYPE_Q4_1 ? 15.0f : 255.0f);
-        *m = lo;
+        d = (hi - lo) / (layout == LLMRT_TYPE_Q4_1 ? 15.0f : 255.0f);
+        m = lo;
     }
+    p->d = d;
+    p->m = m;
+    p->ma = m;
+    p->ida = d != 0.0f ? 1.0f / d : 0.0f;
 }
 
 /* (int)v with v first clamped to [lo, hi] (NaN -> lo): the same integer as ggml's casts for every
@@ -64,57 +83,227 @@ static inline int to_int_clamped(float v, float lo, float hi) {
     return (int)v;
 }
 
-/* One 32-block x[32] with the group's d, m. */
-static void quant_block(int layout, const float *x, void *blk, float d, float m) {
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+/* The int4 quant of x (Q4_0: 0..15 for q - 8; Q4_1: 0..15), the same expression quant_block
+ * writes. */
+static inline int q4_of(int layout, float x, const wq_params *p) {
+    return layout == LLMRT_TYPE_Q4_0 ? to_int_clamped(x * p->ida + 8.5f, 0.0f, 15.0f)
+                                     : to_int_clamped((x - p->ma) * p->ida + 0.5f, 0.0f, 15.0f);
+}
+
+/* ---- int4 rounding search ------------------------------------------------------------------------
+ * Min/max (the reference) spends levels on the extremes of a group; a slightly different scale
+ * that clips the largest value or moves the grid often lowers the group's squared error. For
+ * each candidate inverse scale around the min/max one (WQ_NSTEP of them, the range widened and
+ * narrowed as ggml's make_qkx2_quants does for Q4_K), the quants L are rounded, the least-squares
+ * (d, m) for those L fitted in closed form and rounded to f16, and the error for that L computed
+ * from the sums. The best candidate is then refined: re-round L to the stored (d, m), refit,
+ * while the real error drops (at most WQ_NITER times). Last, the result's real error is compared
+ * with the min/max reference's and the better kept, so the search never does worse than min/max
+ * (tests/test_wquant.py checks it). Same block layouts, so the kernels do not change. */
+/* Candidate inverse scales (nmax + WQ_T0 + WQ_TSTEP * is) / range, is = 0..WQ_NSTEP: nmax - 1 to
+ * nmax + 3 levels over the min/max range. Measured on Gemma 3 270M / SmolLM2 weights (squared
+ * error vs min/max): going past nmax + 2 (clipping more) helps per-channel groups (Q4_0 0.70 ->
+ * 0.69); steps of 1/8 or 1/16 instead of 1/5 change the error by < 0.2 %. */
+#define WQ_NSTEP 20
+#define WQ_T0 (-1.0f)
+#define WQ_TSTEP 0.2f
+#define WQ_NITER 4
+
+typedef struct { double sl, sll, slx; } lsums;  /* sum L, sum L^2, sum L x over a group */
+
+/* The hot loops below keep WQ_LANES independent partial sums (j = i % WQ_LANES), so the compiler
+ * vectorizes them without reassociating anything; n is a multiple of 32. */
+#define WQ_LANES 8
+
+/* int4 quant of v = (x - c) a + b once v is known to lie well inside int range: the same integer
+ * as to_int_clamped(v, 0, 15) (trunc, then clamp; for -1 < v < 0 both give 0), in integer
+ * arithmetic, which the compiler vectorizes (a float clamp with NaN semantics it does not). */
+static inline int q4_int(float v) {
+    int q = (int)v;
+    q = q < 0 ? 0 : q;
+    return q > 15 ? 15 : q;
+}
+
+/* One pass over a group with params p: the real squared error of the values the blocks hold
+ * (q d + m, as dequantized), and the sums of the quants for a refit (Q4_0: L = q - 8). The error
+ * is summed in double: it decides between the search and min/max. lo, hi: the group's extremes
+ * (all values finite). */
+static double pass_q4(int layout, const float *x, int64_t n, float lo, float hi, const wq_params *p,
+                      lsums *s) {
+    const float d = f16_round(p->d), m = f16_round(p->m);
+    /* q4_of(x) = to_int_clamped((x - c) a + b, 0, 15) */
+    const float c = layout == LLMRT_TYPE_Q4_0 ? 0.0f : p->ma, a = p->ida;
+    const float b = layout == LLMRT_TYPE_Q4_0 ? 8.5f : 0.5f, off = layout == LLMRT_TYPE_Q4_0 ? 8.0f : 0.0f;
+    /* (x - c) a + b is monotonic in x: bounded by its values at lo and hi */
+    const int fast = fabsf((lo - c) * a) < 1e9f && fabsf((hi - c) * a) < 1e9f;
+    double err[WQ_LANES] = {0}, slx[WQ_LANES] = {0};
+    float sl[WQ_LANES] = {0}, sll[WQ_LANES] = {0};  /* integers < 2^24: exact */
+#define PASS_LOOP(QOF)                                                                            \
+    for (int64_t i = 0; i < n; i += WQ_LANES) {                                                   \
+        for (int j = 0; j < WQ_LANES; j++) {                                                      \
+            const float v = (x[i + j] - c) * a + b;                                               \
+            const float l = (float)(QOF) - off;                                                   \
+            const double e = (double)(l * d + m) - (double)x[i + j];                              \
+            err[j] += e * e;                                                                      \
+            sl[j] += l;                                                                           \
+            sll[j] += l * l;                                                                      \
+            slx[j] += (double)(l * x[i + j]);                                                     \
+        }                                                                                         \
+    }
+    if (fast) {
+        PASS_LOOP(q4_int(v))
+    } else {
+        PASS_LOOP(to_int_clamped(v, 0.0f, 15.0f))
+    }
+#undef PASS_LOOP
+    double e = 0.0;
+    s->sl = s->sll = s->slx = 0.0;
+    for (int j = 0; j < WQ_LANES; j++) e += err[j], s->sl += sl[j], s->sll += sll[j], s->slx += slx[j];
+    return e;
+}
+
+/* Sums of the quants L = q4_int((x - c) a + b) - off of a candidate scale (f32 partial sums:
+ * they only rank the candidates). The candidates keep |(x - c) a| <= 19 for x in the group. */
+static void cand_sums(const float *x, int64_t n, float c, float a, float b, float off, lsums *s) {
+    float sl[WQ_LANES] = {0}, sll[WQ_LANES] = {0}, slx[WQ_LANES] = {0};
+    for (int64_t i = 0; i < n; i += WQ_LANES) {
+        for (int j = 0; j < WQ_LANES; j++) {
+            const float l = (float)q4_int((x[i + j] - c) * a + b) - off;
+            sl[j] += l;
+            sll[j] += l * l;
+            slx[j] += l * x[i + j];
+        }
+    }
+    s->sl = s->sll = s->slx = 0.0;
+    for (int j = 0; j < WQ_LANES; j++) s->sl += sl[j], s->sll += sll[j], s->slx += slx[j];
+}
+
+/* Least-squares (d, m) for fixed quants (sums s over n values with sum x = sx), rounded to f16;
+ * its squared error for those quants (sxx = sum x^2). 0 when no fit (all L equal / d <= 0). */
+static int refit(int layout, const lsums *s, int64_t n, double sx, double sxx, wq_params *p,
+                 double *err) {
+    double d, m = 0.0;
+    if (layout == LLMRT_TYPE_Q4_0) {
+        if (s->sll <= 0.0) return 0;
+        d = s->slx / s->sll;
+    } else {
+        const double det = (double)n * s->sll - s->sl * s->sl;
+        if (det <= 0.0) return 0;
+        d = ((double)n * s->slx - s->sl * sx) / det;
+        m = (s->sll * sx - s->sl * s->slx) / det;
+    }
+    const float d16 = f16_round((float)d), m16 = f16_round((float)m);
+    if (layout == LLMRT_TYPE_Q4_0 ? d16 == 0.0f : !(d16 > 0.0f)) return 0;
+    p->d = d16, p->m = m16, p->ma = m16, p->ida = 1.0f / d16;
+    *err = (double)d16 * d16 * s->sll + 2.0 * d16 * m16 * s->sl + (double)n * m16 * m16 -
+           2.0 * d16 * s->slx - 2.0 * m16 * sx + sxx;
+    return 1;
+}
+
+/* Replace p (the min/max params of x[n]) by the searched ones when their error is lower. */
+static void search_q4(int layout, const float *x, int64_t n, wq_params *p) {
+    double sx = 0.0, sxx = 0.0;
+    float lo = FLT_MAX, hi = -FLT_MAX, vmax = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        sx += x[i];
+        sxx += (double)x[i] * x[i];
+        lo = fminf(lo, x[i]);
+        hi = fmaxf(hi, x[i]);
+        if (fabsf(vmax) < fabsf(x[i])) vmax = x[i];
+    }
+    if (!isfinite(sxx) || !(hi > lo)) return;      /* inf / NaN, or constant: keep min/max */
+    lsums s;
+    const double ref_err = pass_q4(layout, x, n, lo, hi, p, &s);
+    if (!(ref_err > 0.0)) return;                   /* exact already */
+    wq_params best = *p, c;
+    double best_err = INFINITY, e;
+    /* Q4_1: L = round((x - lo) * is) in 0..15; Q4_0: L = round(x * is) in -8..7, with vmax on
+     * the 8-level side (-8) or on the 7-level side */
+    const int nfam = layout == LLMRT_TYPE_Q4_0 ? 2 : 1;
+    for (int fam = 0; fam < nfam; fam++) {
+        for (int is = 0; is <= WQ_NSTEP; is++) {
+            const float t = WQ_T0 + WQ_TSTEP * (float)is;
+            float iscale;
+            if (layout == LLMRT_TYPE_Q4_0) {
+                iscale = fam == 0 ? -(8.0f + t) / vmax : (7.0f + t) / vmax;
+            } else {
+                iscale = (15.0f + t) / (hi - lo);
+            }
+            if (!(iscale > 0.0f || iscale < 0.0f) || !isfinite(iscale)) continue;
+            lsums cs;
+            if (layout == LLMRT_TYPE_Q4_0) cand_sums(x, n, 0.0f, iscale, 8.5f, 8.0f, &cs);
+            else cand_sums(x, n, lo, iscale, 0.5f, 0.0f, &cs);
+            if (refit(layout, &cs, n, sx, sxx, &c, &e) && e < best_err) best = c, best_err = e;
+        }
+    }
+    if (best_err == INFINITY) return;
+    /* refine: quants nearest to the stored grid, refit, while the real error drops */
+    best_err = pass_q4(layout, x, n, lo, hi, &best, &s);
+    for (int it = 0; it < WQ_NITER; it++) {
+        if (!refit(layout, &s, n, sx, sxx, &c, &e)) break;
+        lsums cs;
+        const double ce = pass_q4(layout, x, n, lo, hi, &c, &cs);
+        if (!(ce < best_err)) break;
+        best = c, best_err = ce, s = cs;
+    }
+    if (best_err < ref_err) *p = best;
+}
+
+/* One 32-block x[32] with the group's params. */
+static void quant_block(int layout, const float *x, void *blk, const wq_params *p) {
+    const float id = p->ida, m = p->ma;
     if (layout == LLMRT_TYPE_Q4_0) {
         block_q4_0 *b = blk;
-        b->d = llmrt_fp32_to_fp16(d);
+        b->d = llmrt_fp32_to_fp16(p->d);
         for (int j = 0; j < 16; j++) {
-            const int q0 = to_int_clamped(x[j] * id + 8.5f, 0.0f, 15.0f);
-            const int q1 = to_int_clamped(x[j + 16] * id + 8.5f, 0.0f, 15.0f);
+            const int q0 = q4_of(layout, x[j], p);
+            const int q1 = q4_of(layout, x[j + 16], p);
             b->qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
     } else if (layout == LLMRT_TYPE_Q4_1) {
         block_q4_1 *b = blk;
-        b->d = llmrt_fp32_to_fp16(d);
-        b->m = llmrt_fp32_to_fp16(m);
+        b->d = llmrt_fp32_to_fp16(p->d);
+        b->m = llmrt_fp32_to_fp16(p->m);
         for (int j = 0; j < 16; j++) {
-            const int q0 = to_int_clamped((x[j] - m) * id + 0.5f, 0.0f, 15.0f);
-            const int q1 = to_int_clamped((x[j + 16] - m) * id + 0.5f, 0.0f, 15.0f);
+            const int q0 = q4_of(layout, x[j], p);
+            const int q1 = q4_of(layout, x[j + 16], p);
             b->qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
     } else if (layout == LLMRT_TYPE_Q8_0) {
         block_q8_0 *b = blk;
-        b->d = llmrt_fp32_to_fp16(d);
+        b->d = llmrt_fp32_to_fp16(p->d);
         for (int j = 0; j < 32; j++) b->qs[j] = (int8_t)to_int_clamped(roundf(x[j] * id), -127.0f, 127.0f);
     } else { /* WQ_Q8A */
         block_q8a *b = blk;
-        b->d = llmrt_fp32_to_fp16(d);
-        b->m = llmrt_fp32_to_fp16(m);
+        b->d = llmrt_fp32_to_fp16(p->d);
+        b->m = llmrt_fp32_to_fp16(p->m);
         for (int j = 0; j < 32; j++) {
             b->qs[j] = (int8_t)(to_int_clamped((x[j] - m) * id + 0.5f, 0.0f, 255.0f) - 128);
         }
     }
 }
 
-int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group) {
+int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group, int rounding) {
     const int layout = llmrt_wq_layout(type);
     if (layout != LLMRT_TYPE_Q4_0 && layout != LLMRT_TYPE_Q4_1 && layout != LLMRT_TYPE_Q8_0 &&
         layout != LLMRT_TYPE_WQ_Q8A) {
         return LLMRT_EUNSUPPORTED;
     }
     if (k < 0 || k % 32 != 0) return LLMRT_EINVAL;
+    if (rounding != LLMRT_WQ_MINMAX && rounding != LLMRT_WQ_SEARCH) return LLMRT_EINVAL;
     if (group <= 0) group = k;
     if (group % 32 != 0) return LLMRT_EINVAL;
     const size_t bs = llmrt_type_traits_get(layout)->type_size;
     char *out = y;
     for (int64_t g0 = 0; g0 < k; g0 += group) {
         const int64_t n = g0 + group <= k ? group : k - g0;
-        float d, m;
-        group_params(layout, x + g0, n, &d, &m);
+        wq_params p;
+        group_params(layout, x + g0, n, &p);
+        if (rounding == LLMRT_WQ_SEARCH && (layout == LLMRT_TYPE_Q4_0 || layout == LLMRT_TYPE_Q4_1)) {
+            search_q4(layout, x + g0, n, &p);
+        }
         for (int64_t i = g0; i < g0 + n; i += 32) {
-            quant_block(layout, x + i, out + (size_t)(i / 32) * bs, d, m);
+            quant_block(layout, x + i, out + (size_t)(i / 32) * bs, &p);
         }
     }
     return LLMRT_OK;

@@ -80,5 +80,8 @@ cdef extern from "llmrt/gemm.h" nogil:
                            size_t dst_row_bytes)
 
 cdef extern from "llmrt/llmrt.h" nogil:
-    int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group)
+    enum:
+        LLMRT_WQ_MINMAX
+        LLMRT_WQ_SEARCH
+    int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group, int rounding)
     int llmrt_wq_layout(int type)

@@ -174,6 +174,11 @@ _WQ_OPTIONS = [
                  help="Symmetric (scale) or asymmetric (scale + min) groups [sym]."),
     click.option("--compute-dtype", type=click.Choice(["int8", "fp32", "bf16"]), default=None,
                  help="Activations in the matmuls: int8 blocks, f32, or rounded to bf16 [int8]."),
+    click.option("--rounding", type=click.Choice(["search", "minmax"]), default=None,
+                 help="int4 scales: searched for the least error, or min/max as ggml's "
+                      "reference quantizer [search]."),
+    click.option("--quantize-output/--no-quantize-output", default=None,
+                 help="int4: quantize the output head to int4 too (default: it is kept int8)."),
 ]
 
 
@@ -181,7 +186,8 @@ def _wq_options(fn):
     """Adds the _WQ_OPTIONS and passes them to fn as wq={weight_dtype, group_size, ...}."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        wq = {k: kwargs.pop(k) for k in ("weight_dtype", "group_size", "scheme", "compute_dtype")}
+        wq = {k: kwargs.pop(k) for k in ("weight_dtype", "group_size", "scheme", "compute_dtype",
+                                         "rounding", "quantize_output")}
         if wq["group_size"] is not None:
             wq["group_size"] = int(wq["group_size"])
         return fn(*args, wq=wq, **kwargs)

@@ -266,17 +266,21 @@ class Model:
 
     Weight-only quantization at load (F32/F16/BF16 models; llmrt/wquant.py): weight_dtype
     "int4" | "int8" turns it on; group_size 32 | 64 | 128 | -1 (per channel; default 32),
-    scheme "sym" | "asym" (default sym), compute_dtype "int8" | "fp32" | "bf16" (default int8).
-    weight_dtype on an already-quantized model raises ValueError."""
+    scheme "sym" | "asym" (default sym), compute_dtype "int8" | "fp32" | "bf16" (default int8),
+    rounding "search" | "minmax" (int4 scales; default search), quantize_output (int4: the
+    output head int4 too; default False: int8). weight_dtype on an already-quantized model
+    raises ValueError."""
 
     def __init__(self, path: Union[str, os.PathLike], n_threads: Optional[int] = None,
                  ctx_size: int = 4096, kv_dtype: str = "f16", weight_dtype: Optional[str] = None,
                  group_size: Optional[int] = None, scheme: Optional[str] = None,
-                 compute_dtype: Optional[str] = None):
+                 compute_dtype: Optional[str] = None, rounding: Optional[str] = None,
+                 quantize_output: Optional[bool] = None):
         from llmrt import wquant
         from llmrt import hub
 
-        self.wq = wquant.make_config(weight_dtype, group_size, scheme, compute_dtype)
+        self.wq = wquant.make_config(weight_dtype, group_size, scheme, compute_dtype, rounding,
+                                     quantize_output)
         path = hub.resolve_model(path)
         self.path = str(path)
         self.gguf = GGUFFile(self.path)

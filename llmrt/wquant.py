@@ -9,6 +9,16 @@ head, and token_embd when it is the tied output) is quantized once, at load, in 
 stay as they are. The graph does not change: the result is a tensor of a block type that has
 kernels already.
 
+The output head (output.weight, or the tied token_embd) is kept at int8 (same scheme and compute)
+when weight_dtype is int4, as llama.cpp never gives it 4 bits (Q6_K / Q8_0 in
+llama_tensor_get_type): int4 on the head costs most of int4's perplexity on small models
+(README, Weight-only quantization). quantize_output=True gives it int4 too.
+
+rounding "search" (default): each int4 group's scale (and min) is searched to minimize its squared
+error (csrc/wquant.c: candidate scales, least-squares refit), never worse than min/max; "minmax":
+ggml's reference quantizer (group 32: its exact bytes, the same as `llmrt quantize`). int8 is
+always min/max (its rounding error is already small).
+
     weight_dtype  scheme   compute int8         compute fp32 / bf16
     int4          sym      Q4_0  (x Q8_0)       WQ_Q4_0_F32 / WQ_Q4_0_BF16
     int4          asym     Q4_1  (x Q8_1)       WQ_Q4_1_F32 / WQ_Q4_1_BF16
@@ -47,6 +57,7 @@ log = logging.getLogger("llmrt")
 WEIGHT_DTYPES = ("int4", "int8")
 GROUP_SIZES = (32, 64, 128, -1)
 SCHEMES = ("sym", "asym")
+ROUNDINGS = ("search", "minmax")
 COMPUTE_DTYPES = ("int8", "fp32", "bf16")
 FLOAT_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
 
@@ -67,6 +78,8 @@ class WQConfig:
     group_size: int                 # 32 | 64 | 128 | -1 (per output channel)
     scheme: str                     # sym | asym
     compute_dtype: str              # int8 | fp32 | bf16
+    rounding: str = "search"        # search | minmax (int4 scales; int8 is always min/max)
+    quantize_output: bool = False   # int4: the output head int4 too (else int8)
 
     @property
     def type_name(self) -> str:
@@ -76,19 +89,31 @@ class WQConfig:
     def type_id(self) -> int:
         return _NAME_TO_ID[self.type_name]
 
+    @property
+    def output_type_name(self) -> str:
+        """Type of the output head: int8 (same scheme, compute) for int4 unless quantize_output."""
+        wd = self.weight_dtype if self.quantize_output else "int8"
+        return _TYPES[(wd, self.scheme)][self.compute_dtype]
+
     def describe(self) -> str:
         g = "per-channel" if self.group_size == -1 else str(self.group_size)
+        head = "" if self.output_type_name == self.type_name else f", output {self.output_type_name}"
+        rnd = f", {self.rounding} rounding" if self.weight_dtype == "int4" else ""
         return (f"{self.weight_dtype} {self.scheme}, group {g}, compute {self.compute_dtype} "
-                f"({self.type_name} blocks)")
+                f"({self.type_name} blocks{head}{rnd})")
 
 
 def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = None,
-                scheme: Optional[str] = None, compute_dtype: Optional[str] = None) -> Optional[WQConfig]:
+                scheme: Optional[str] = None, compute_dtype: Optional[str] = None,
+                rounding: Optional[str] = None,
+                quantize_output: Optional[bool] = None) -> Optional[WQConfig]:
     """Validate the knobs. None when weight_dtype is None (no quantization at load); defaults
-    group 32, sym, int8 compute (DESIGN.md §3). ValueError naming the allowed values."""
+    group 32, sym, int8 compute (DESIGN.md §3), search rounding, output head int8.
+    ValueError naming the allowed values."""
     if weight_dtype is None:
         given = [n for n, v in (("group_size", group_size), ("scheme", scheme),
-                                ("compute_dtype", compute_dtype)) if v is not None]
+                                ("compute_dtype", compute_dtype), ("rounding", rounding),
+                                ("quantize_output", quantize_output)) if v is not None]
         if given:
             raise ValueError(f"{', '.join(given)} needs weight_dtype (one of "
                              f"{', '.join(WEIGHT_DTYPES)}): quantization at load is off without it")
@@ -112,7 +137,10 @@ def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = 
     if cd not in COMPUTE_DTYPES:
         raise ValueError(f"compute_dtype must be one of {', '.join(COMPUTE_DTYPES)}, "
                          f"got {compute_dtype!r}")
-    return WQConfig(wd, gs, sc, cd)
+    rd = "search" if rounding is None else str(rounding).lower()
+    if rd not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+    return WQConfig(wd, gs, sc, cd, rd, bool(quantize_output))
 
 
 def matmul_weight_names(tensors) -> list:
@@ -129,6 +157,11 @@ def matmul_weight_names(tensors) -> list:
     return out
 
 
+def output_weight_name(tensors) -> str:
+    """The output head: output.weight, or token_embd.weight when it is the tied output."""
+    return "output.weight" if "output.weight" in tensors else "token_embd.weight"
+
+
 def rows_f32(data: np.ndarray, type_id: int) -> np.ndarray:
     """Rows of an F32 / F16 / BF16 (raw uint16 bits) tensor view as contiguous float32."""
     if type_id == 30:
@@ -136,12 +169,12 @@ def rows_f32(data: np.ndarray, type_id: int) -> np.ndarray:
     return np.ascontiguousarray(data, dtype=np.float32)
 
 
-def quantize_tensor(x: np.ndarray, type_id: int, group_size: int) -> np.ndarray:
+def quantize_tensor(x: np.ndarray, type_id: int, group_size: int, rounding: str = "search") -> np.ndarray:
     """Group-wise quantize float rows x (rows, k) into (rows, k/32*type_size) uint8 blocks."""
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
     ts = _core.type_traits(type_id)[2]
     out = np.empty((x.shape[0], x.shape[1] // 32 * ts), dtype=np.uint8)
-    _core.wq_quantize_rows(x, out, type_id, group_size)
+    _core.wq_quantize_rows(x, out, type_id, group_size, rounding == "search")
     return out
 
 
@@ -166,7 +199,11 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
     for t in skipped:
         log.warning("llmrt: %s: rows of %d elements are not a multiple of 32: kept as %s",
                     t.name, t.shape[0], t.type_name)
-    tid, ts = cfg.type_id, _core.type_traits(cfg.type_id)[2]
+    head = output_weight_name(gguf.tensors)
+    search = cfg.rounding == "search"
+    if cfg.output_type_name != cfg.type_name:
+        log.info("llmrt: %s kept at int8 (%s; quantize_output=True for %s)", head,
+                 cfg.output_type_name, cfg.weight_dtype)
     total_rows = sum(t.shape[1] for t in todo)
     out: Dict[str, Tuple[np.ndarray, int, tuple]] = {}
     bytes_before = sum(t.nbytes for t in todo)
@@ -174,13 +211,15 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
             ThreadPoolExecutor(max_workers=max(1, n_threads)) as pool:
         for t in todo:
             k, rows = t.shape[0], t.shape[1]
+            tid = _NAME_TO_ID[cfg.output_type_name if t.name == head else cfg.type_name]
+            ts = _core.type_traits(tid)[2]
             blocks = np.empty((rows, k // 32 * ts), dtype=np.uint8)
             src = t.data
 
-            def work(r0, t=t, src=src, blocks=blocks, k=k):
+            def work(r0, t=t, src=src, blocks=blocks, tid=tid):
                 r1 = min(r0 + ROWS_PER_TASK, blocks.shape[0])
                 x = rows_f32(src[r0:r1], t.type)
-                _core.wq_quantize_rows(x, blocks[r0:r1], tid, cfg.group_size)
+                _core.wq_quantize_rows(x, blocks[r0:r1], tid, cfg.group_size, search)
                 return r1 - r0
 
             for n in pool.map(work, range(0, rows, ROWS_PER_TASK)):

@@ -61,6 +61,15 @@ def test_wq_flags_reach_the_model(models, fake_gguf, cmd):
     kw = models[0].kw
     assert (kw["weight_dtype"], kw["group_size"], kw["scheme"], kw["compute_dtype"]) == \
         ("int8", -1, "asym", "bf16")
+    assert "rounding" not in kw and "quantize_output" not in kw      # unset: Model's defaults
+
+
+def test_wq_rounding_and_output_flags_reach_the_model(models, fake_gguf):
+    r = run(["generate", fake_gguf, "-p", "Hi", "-n", "1", "--temp", "0", "--weight-dtype", "int4",
+             "--rounding", "minmax", "--quantize-output"])
+    assert r.exit_code == 0, r.output
+    kw = models[0].kw
+    assert (kw["weight_dtype"], kw["rounding"], kw["quantize_output"]) == ("int4", "minmax", True)
 
 
 def test_wq_flags_default_to_off(models, fake_gguf):
@@ -69,7 +78,8 @@ def test_wq_flags_default_to_off(models, fake_gguf):
 
 
 @pytest.mark.parametrize("flag, value", [("--weight-dtype", "int2"), ("--group-size", "16"),
-                                         ("--scheme", "nf4"), ("--compute-dtype", "fp16")])
+                                         ("--scheme", "nf4"), ("--compute-dtype", "fp16"),
+                                         ("--rounding", "gptq")])
 def test_wq_flags_reject_bad_values(models, fake_gguf, flag, value):
     r = run(["generate", fake_gguf, "-p", "Hi", flag, value])
     assert r.exit_code == 2 and "Invalid value" in r.output
@@ -77,7 +87,8 @@ def test_wq_flags_reject_bad_values(models, fake_gguf, flag, value):
 
 def test_perplexity_has_wq_flags():
     r = run(["perplexity", "--help"])
-    for flag in ("--weight-dtype", "--group-size", "--scheme", "--compute-dtype"):
+    for flag in ("--weight-dtype", "--group-size", "--scheme", "--compute-dtype", "--rounding",
+                 "--quantize-output"):
         assert flag in r.output
 
 

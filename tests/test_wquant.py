@@ -1,11 +1,13 @@
 """Weight-only quantization at load (llmrt/wquant.py, csrc/wquant.c, csrc/kernels/wq_*.c).
 
-- group-wise quantization against a numpy reference written here (scales, zero points, quants,
-  values) for every weight_dtype x group_size x scheme;
+- group-wise min/max quantization against a numpy reference written here (scales, zero points,
+  quants, values) for every weight_dtype x group_size x scheme;
+- the int4 rounding search: never a larger squared error than min/max, per group;
 - the private WQ_* kernels (int8 asym x Q8_1, fp32 / bf16 compute) against numpy, at every ISA
   level this CPU has;
-- a tiny model quantized at load vs the unquantized model (named tolerances), and int4 sym
-  group 32 at load == the same weights stored as Q4_0 in the file (bit for bit);
+- a tiny model quantized at load vs the unquantized model (named tolerances), the output head
+  kept int8 under int4, and int4 sym group 32 min/max at load == the same weights stored as
+  Q4_0 in the file (bit for bit);
 - error cases;
 - slow: F16 versions of the real models keep their perplexity (the issue's done-when numbers).
 """
@@ -107,13 +109,14 @@ def parse_blocks(raw, layout, k):
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("weight_dtype", DTYPES)
 def test_group_quant_matches_numpy_reference(weight_dtype, scheme, group, rng):
+    """rounding="minmax": the reference quantizer's arithmetic over each group."""
     # k = 352 = 2.75 groups of 128, 5.5 of 64: the last group is shorter (still whole blocks)
     x = (rng.standard_normal((7, 352)) * rng.uniform(0.01, 3, (7, 1))).astype(F32)
     x[3, 10] = 25.0                     # an outlier: its group's scale is large
     x[5, :] = 0.0                       # an all-zero row: d = 0, id = 0
     layout = LAYOUT[(weight_dtype, scheme)]
     cfg = wquant.make_config(weight_dtype, group, scheme)
-    raw = wquant.quantize_tensor(x, cfg.type_id, cfg.group_size)
+    raw = wquant.quantize_tensor(x, cfg.type_id, cfg.group_size, rounding="minmax")
     q, d, m = parse_blocks(raw, layout, x.shape[1])
     rq, rd, rm, rval = ref_group_quant(x, weight_dtype, scheme, group)
     np.testing.assert_array_equal(d, rd)           # the group's scale in every block
@@ -128,12 +131,72 @@ def test_group_quant_matches_numpy_reference(weight_dtype, scheme, group, rng):
 
 @pytest.mark.parametrize("layout", ["Q4_0", "Q4_1", "Q8_0"])
 def test_group32_equals_ggml_reference(layout, rng):
-    """group 32: the bytes of ggml's quantize_row_*_ref (llmrt.quants = gguf.quants for these)."""
+    """group 32 min/max: the bytes of ggml's quantize_row_*_ref (llmrt.quants = gguf.quants)."""
     import gguf
     x = rng.standard_normal((5, 256)).astype(F32)
-    raw = wquant.quantize_tensor(x, quants.type_id(layout), 32)
+    raw = wquant.quantize_tensor(x, quants.type_id(layout), 32, rounding="minmax")
     np.testing.assert_array_equal(raw, quants.quantize(x, layout))
     np.testing.assert_array_equal(raw, gguf.quants.quantize(x, gguf.GGMLQuantizationType[layout]))
+
+
+def _group_sq_err(x, raw, layout, group):
+    """Squared error of the dequantized values per group: (rows, k / group), float64."""
+    v = quants.dequantize(raw, layout).reshape(x.shape).astype(np.float64)
+    e = (v - x.astype(np.float64)) ** 2
+    g = x.shape[1] if group == -1 else group
+    return e.reshape(x.shape[0], x.shape[1] // g, g).sum(axis=2)
+
+
+def _test_groups(rng, rows, k):
+    """Rows of different kinds: gaussian at many scales, heavy tails, one outlier, skewed
+    (all positive), tiny values (f16 subnormal scales), a constant row, an all-zero row."""
+    x = (rng.standard_normal((rows, k)) * np.exp(rng.uniform(-6, 2, (rows, 1)))).astype(F32)
+    x[0] = rng.standard_t(2, k)
+    x[1, 5] = 40.0
+    x[2] = np.abs(x[2]) + 0.3
+    x[3] *= F32(1e-6)
+    x[4] = 0.75
+    x[5] = 0.0
+    return x
+
+
+# The search's gain over min/max: mean over the gaussian rows' groups of (squared error, searched
+# / min/max), measured here: Q4_0 0.81-0.89, Q4_1 0.81-0.85 by group size (real weights of
+# Gemma 3 270M, whole tensors: 0.66-0.93). A search that returned min/max would give 1.0.
+SEARCH_GAIN_MAX = 0.92
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: f"g{g}")
+@pytest.mark.parametrize("layout", ["Q4_0", "Q4_1"])
+def test_search_never_worse_than_minmax(layout, group, rng):
+    x = _test_groups(rng, 48, 384)         # 384: g-1 and 3 groups of 128 per row
+    tid = quants.type_id(layout)
+    mm = _group_sq_err(x, wquant.quantize_tensor(x, tid, group, rounding="minmax"), layout, group)
+    raw = wquant.quantize_tensor(x, tid, group, rounding="search")
+    se = _group_sq_err(x, raw, layout, group)
+    # per group: never larger (the C code keeps min/max when the search does not beat it; the
+    # sums here are in another order, so equal errors may differ in the last bits)
+    assert (se <= mm * (1 + 1e-12) + 1e-30).all(), np.argwhere(se > mm * (1 + 1e-12) + 1e-30)[:5]
+    assert se[4:6].sum() == 0                       # constant and zero rows stay exact
+    assert (se[6:] / mm[6:]).mean() < SEARCH_GAIN_MAX  # the gaussian rows, every group
+    # one scale (and min) per group, in every block of the group
+    q, d, m = parse_blocks(raw, layout, x.shape[1])
+    g = x.shape[1] if group == -1 else group
+    for g0 in range(0, x.shape[1], g):
+        assert (d[:, g0:g0 + g] == d[:, g0:g0 + 1]).all() and (m[:, g0:g0 + g] == m[:, g0:g0 + 1]).all()
+
+
+@pytest.mark.parametrize("tname", ["WQ_Q4_0_F32", "WQ_Q4_1_BF16", "Q8_0", "WQ_Q8A"])
+def test_search_same_blocks_for_private_ids_int8_unchanged(tname, rng):
+    """The private fp32/bf16 ids get the same int4 blocks as Q4_0 / Q4_1; int8 is min/max."""
+    x = _test_groups(rng, 8, 128)
+    tid = quants.type_id(tname)
+    raw = wquant.quantize_tensor(x, tid, 64, rounding="search")
+    layout = quants.type_name(_core.wq_layout(tid))
+    if layout.startswith("Q4"):
+        np.testing.assert_array_equal(raw, wquant.quantize_tensor(x, quants.type_id(layout), 64))
+    else:
+        np.testing.assert_array_equal(raw, wquant.quantize_tensor(x, tid, 64, rounding="minmax"))
 
 
 # ---- kernels of the private types ----------------------------------------------------------------
@@ -216,7 +279,8 @@ def tiny_f32(tmp_path_factory):
 IDS = [1, 5, 9, 33, 100, 7, 250, 3, 64, 17, 2, 300]
 # max |logit diff| / max |logit| of the tiny llama (3 layers, dim 64, ff 128, random weights)
 # quantized at load vs f32, measured over every scheme x group x compute: int8 0.010-0.023,
-# int4 0.17-0.21 (random weights have no outliers to spare: int4 is coarse); bounds ~2.2x that.
+# int4 0.17-0.21 with min/max rounding and the head int4 (random weights have no outliers to
+# spare: int4 is coarse); bounds ~2.2x that.
 LOGIT_RTOL = {"int8": 0.05, "int4": 0.45}
 
 
@@ -233,6 +297,9 @@ def test_tiny_model_quantized_at_load(tiny_f32, weight_dtype, scheme, group, com
     # every matmul weight is replaced, nothing else (the untied token_embd feeds get_rows only)
     names = set(m._replaced)
     assert "output.weight" in names and "token_embd.weight" not in names
+    # the output head is int8 (same scheme and compute) under int4 too, the rest weight_dtype
+    assert m._replaced["output.weight"][1] == quants.type_id(wquant._TYPES[("int8", scheme)][compute])
+    assert m._replaced["blk.1.ffn_up.weight"][1] == m.wq.type_id
     assert all(n.endswith(".weight") and len(m.gguf.tensors[n].shape) == 2 for n in names)
     assert "blk.0.attn_q.weight" in names and "blk.2.ffn_down.weight" in names
     err = np.abs(got - ref).max() / np.abs(ref).max()
@@ -240,8 +307,8 @@ def test_tiny_model_quantized_at_load(tiny_f32, weight_dtype, scheme, group, com
 
 
 def test_int4_sym_g32_equals_q4_0_file(tiny_f32, tmp_path):
-    """int4 sym group 32 int8-compute at load == the matmul weights written as Q4_0 in a file
-    (the reference quantizer; same kernels): logits bit for bit."""
+    """int4 sym group 32 int8-compute, min/max rounding, head int4 too, at load == the matmul
+    weights written as Q4_0 in a file (the reference quantizer; same kernels): bit for bit."""
     from llmrt.gguf import GGUFFile
     from llmrt.quantize import write_gguf
     f = GGUFFile(tiny_f32)
@@ -250,9 +317,12 @@ def test_int4_sym_g32_equals_q4_0_file(tiny_f32, tmp_path):
     out = tmp_path / "q4_0.gguf"
     write_gguf(f, str(out), types, progress=False)
     f.close()
-    a = Model(tiny_f32, n_threads=2, ctx_size=64, weight_dtype="int4")(IDS)
+    a = Model(tiny_f32, n_threads=2, ctx_size=64, weight_dtype="int4", rounding="minmax",
+              quantize_output=True)(IDS)
     b = Model(str(out), n_threads=2, ctx_size=64)(IDS)
     np.testing.assert_array_equal(a, b)
+    c = Model(tiny_f32, n_threads=2, ctx_size=64, weight_dtype="int4", quantize_output=True)(IDS)
+    assert not np.array_equal(a, c)                 # the search changes the blocks
 
 
 def test_bf16_model(tiny_f32, tmp_path):
@@ -282,6 +352,13 @@ def test_tied_token_embd_is_quantized(tmp_path):
     ref = Model(path, n_threads=2, ctx_size=64)(IDS)
     err = np.abs(m(IDS) - ref).max() / np.abs(ref).max()
     assert err < LOGIT_RTOL["int8"]
+    # int4: the tied head stays int8 (logged), unless quantize_output
+    m4 = Model(path, n_threads=2, ctx_size=64, weight_dtype="int4", scheme="asym")
+    assert m4._replaced["token_embd.weight"][1] == quants.type_id("WQ_Q8A")
+    assert m4._replaced["blk.0.attn_q.weight"][1] == quants.type_id("Q4_1")
+    assert "output WQ_Q8A" in m4.wq_summary
+    m4q = Model(path, n_threads=2, ctx_size=64, weight_dtype="int4", scheme="asym", quantize_output=True)
+    assert m4q._replaced["token_embd.weight"][1] == quants.type_id("Q4_1")
 
 
 # ---- errors ------------------------------------------------------------------------------------
@@ -293,6 +370,8 @@ def test_tied_token_embd_is_quantized(tmp_path):
     (dict(weight_dtype="int8", compute_dtype="fp16"), "compute_dtype must be one of int8, fp32, bf16"),
     (dict(group_size=64), "group_size needs weight_dtype"),
     (dict(scheme="asym", compute_dtype="fp32"), "scheme, compute_dtype needs weight_dtype"),
+    (dict(weight_dtype="int4", rounding="gptq"), "rounding must be one of search, minmax"),
+    (dict(quantize_output=True), "quantize_output needs weight_dtype"),
 ])
 def test_invalid_knobs(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -302,6 +381,7 @@ def test_invalid_knobs(kw, match):
 def test_defaults():
     c = wquant.make_config("int4")
     assert (c.group_size, c.scheme, c.compute_dtype, c.type_name) == (32, "sym", "int8", "Q4_0")
+    assert (c.rounding, c.quantize_output, c.output_type_name) == ("search", False, "Q8_0")
     assert wquant.make_config(None) is None
 
 
@@ -327,25 +407,28 @@ MODEL_DIR = os.environ.get("LLMRT_MODEL_DIR", "/work/models")
 REAL = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf"}
 PPL_CTX, PPL_TOKENS = 128, 512     # 4 chunks of 128, 256 scored tokens: about a minute per model
 # Issue 4's done-when: int8 within 0.5 %, int4 asym group 32 within 3 % of the F16 model's
-# perplexity. Measured here (ctx 128, 512 tokens; SmolLM2 also at 2048 tokens) -- NOT all met:
+# perplexity. Measured here (ctx 128, 512 tokens; SmolLM2 also at 2048 tokens; int4 with the
+# defaults: rounding search, output head int8) -- NOT all met:
 #   config (group 32)       SmolLM2 512 / 2048 tok    Gemma 3 270M 512 tok
 #   int8 asym, int8         +0.10 / +0.07 %           -0.08 %
 #   int8 sym, fp32          +0.38 / +0.29 %           (not run)
 #   int8 sym, int8          +0.93 / +0.84 %           -0.13 %   llama.cpp's own Q8_0 of the same
 #                                                               F16: +0.54 % on SmolLM2 (2048 tok)
-#   int4 asym, int8         +13.7 / +8.1 %            +21.6 %   (+19.1 % with the output kept F16)
-# int4 misses 3 % on both: the F16 weights came from Q4_1/Q8_0 (SmolLM2) and Q4_K/Q5_0/Q6_K
-# (Gemma) blocks, and 4-bit min/max groups of 32 cannot hold them (the tied 49152 / 262144-row
-# output head is quantized too). The bounds below are the measurements with a margin, so a
-# regression fails; the done-when bounds are the ones marked.
+#   int4 asym, int8         -0.75 / -0.06 %           +7.43 %   min/max with the head int4 (last
+#                                                               session): SmolLM2 +13.7 / +8.1 %,
+#                                                               Gemma +21.6 %; llama.cpp's own Q4_1
+#                                                               of the Gemma F16: +19.1 %
+# int4 misses 3 % on Gemma: its F16 weights came from Q4_K/Q5_0/Q6_K/Q8_0 blocks, which 4-bit
+# groups of 32 cannot hold (README, Weight-only quantization). The bounds below are the
+# measurements with a margin, so a regression fails; the done-when bounds are the ones marked.
 PPL_RTOL = {
     "smollm2": {("int8", "asym", "int8"): 0.005,       # done-when
                 ("int8", "sym", "fp32"): 0.005,        # done-when
                 ("int8", "sym", "int8"): 0.015,
-                ("int4", "asym", "int8"): 0.25},
+                ("int4", "asym", "int8"): 0.03},       # done-when
     "gemma3": {("int8", "asym", "int8"): 0.005,        # done-when
                ("int8", "sym", "int8"): 0.005,         # done-when
-               ("int4", "asym", "int8"): 0.30},
+               ("int4", "asym", "int8"): 0.10},
 }
 
 

@@ -8,7 +8,8 @@
  *   WQ_<L>_F32 x F32    compute_dtype "fp32": each 32-block of layout L (Q4_0, Q4_1, Q8_0,
  *                       WQ_Q8A) is dequantized to f32 and fma'd with f32 activations.
  *   WQ_<L>_BF16 x BF16  compute_dtype "bf16": the same against activations rounded to bf16.
- * Dequantize rows (get_rows, tests) and reference quantize rows (group 32) for every private id.
+ * Dequantize rows (get_rows, tests) and reference quantize rows (group 32, min/max: ggml's
+ * reference quantizer's bytes) for every private id.
  */
 #include "llmrt/llmrt.h"
 
@@ -84,7 +85,7 @@ static void vec_dot_q8a_q8_1_generic(int n, float *s, const void *vx, const void
         dequant_row_wq(LAYOUT, sizeof(BLOCK), x, y, k);                                                  \
     }                                                                                                    \
     static void quant_row_##L##_generic(const float *x, void *y, int64_t k) {                            \
-        (void)llmrt_wq_quantize_row(x, y, k, LAYOUT, 32);                                                \
+        (void)llmrt_wq_quantize_row(x, y, k, LAYOUT, 32, LLMRT_WQ_MINMAX);                                                \
     }                                                                                                    \
     static void vec_dot_##L##_f32_generic(int n, float *s, const void *vx, const void *vy) {             \
         vec_dot_wq_f32(LAYOUT, sizeof(BLOCK), n, s, vx, vy);                                             \

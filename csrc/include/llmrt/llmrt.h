@@ -232,8 +232,13 @@ void llmrt_register_wq_kernels_avx2(llmrt_kernel_table *kt);
  * of 32 (or <= 0: the whole row is one group): one scale (and min) is computed per group of
  * `group` elements (the last group may be shorter, still a multiple of 32) and written into
  * every 32-block of the group, so the blocks hold exactly the group-wise quantized values.
- * k must be a multiple of 32. Returns LLMRT_OK or LLMRT_EINVAL / LLMRT_EUNSUPPORTED. */
-int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group);
+ * k must be a multiple of 32. `rounding`: LLMRT_WQ_MINMAX, the scale (and min) from the group's
+ * extremes as ggml's reference quantizer computes them (group 32: its exact bytes); or
+ * LLMRT_WQ_SEARCH (int4 only; int8 stays min/max): the scale (and min) searched to minimize the
+ * group's squared error, never worse than min/max. Returns LLMRT_OK or LLMRT_EINVAL /
+ * LLMRT_EUNSUPPORTED. */
+enum { LLMRT_WQ_MINMAX = 0, LLMRT_WQ_SEARCH = 1 };
+int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group, int rounding);
 /* The GGUF block layout a private type shares (Q4_0, Q4_1, Q8_0 or WQ_Q8A); the type itself
  * for the others. */
 int llmrt_wq_layout(int type);
