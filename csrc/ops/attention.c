@@ -16,10 +16,12 @@
  *
  * Speed without changing a float operation: the kernel table's attn_qk (scores, vec_dot's order
  * inlined over a range of cells) and attn_pv (V read row by row, each output's fma chains kept
- * in vec_dot's lanes, see x86/attn_avx2.c); only the cells between the first and last visible
- * one are scored, and the softmax and P.V only visit the 64-cell blocks around them (the others
- * hold masked or unused cells, whose exact zeros change no sum). Threads claim (token, head)
- * chunks, so a decode step is shared over the heads and a prefill over tokens and heads.
+ * in vec_dot's lanes, see x86/attn_avx2.c), both over the query heads that share a KV head, so
+ * each K / V vector is loaded and converted once for the group; only the cells between the first
+ * and last visible one are scored, and the softmax and P.V only visit the 64-cell blocks around
+ * them (the others hold masked or unused cells, whose exact zeros change no sum). Threads claim
+ * (token, head group) chunks in a prefill, last token first, and (token, head) chunks in a
+ * decode step, which is then shared over the heads.
  */
 #include <math.h>
 #include <string.h>
