@@ -54,12 +54,13 @@ static ALWAYS_INLINE void pv_chains(int kind, int NQ, int NV, float *ch, const v
         for (int j = 0; j < NQ; j++) {
             for (int k = 0; k < NV; k++) a[j][k] = _mm256_setzero_ps();
         }
-        /* first cell >= c0 with c % 32 == L */
-        for (int c = c0 + ((L - c0 % 32) + 32) % 32; c < c1; c += 32) {
-            if (!nz[c - c0]) continue;
+        /* cells c0 + m, m = the first >= 0 with (c0 + m) % 32 == L, then every 32nd (64-bit
+         * indices: the build's -fwrapv keeps 32-bit ones from becoming pointer increments) */
+        for (int64_t m = ((L - c0 % 32) + 32) % 32; m < (int64_t)c1 - c0; m += 32) {
+            if (!nz[m]) continue;
             __m256 pb[4];
-            for (int j = 0; j < NQ; j++) pb[j] = _mm256_broadcast_ss(pf + j * ldp + (c - c0));
-            const int64_t row = (int64_t)c * ldv + d0;
+            for (int j = 0; j < NQ; j++) pb[j] = _mm256_broadcast_ss(pf + j * ldp + m);
+            const int64_t row = (c0 + m) * ldv + d0;
             for (int k = 0; k < NV; k++) {
                 const __m256 vk = load8(v, row + 8 * k, kind);
                 for (int j = 0; j < NQ; j++) a[j][k] = _mm256_fmadd_ps(vk, pb[j], a[j][k]);
