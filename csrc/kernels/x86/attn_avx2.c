@@ -186,13 +186,50 @@ static ALWAYS_INLINE float qk_f16_finish(__m256 a[4], int np, int hd, const llmr
     return (float)sum;
 }
 
+/* qk_f16_finish's horizontal sum (halves, then two hadds) of 8 vectors at once, lane e of the
+ * result from r[e], by the same adds: halves of two vectors side by side, then hadds that pair
+ * the same lanes as hadd(t, t) does, then the lanes put back in order. No tail (np == hd), and
+ * (float)(double)x == x. */
+static ALWAYS_INLINE __m256 qk_f16_end8(const __m256 r[8]) {
+    __m256 t[4];
+    for (int i = 0; i < 4; i++) {
+        const __m256 lo = _mm256_permute2f128_ps(r[2 * i], r[2 * i + 1], 0x20); /* r[2i].lo | r[2i+1].lo */
+        const __m256 hi = _mm256_permute2f128_ps(r[2 * i], r[2 * i + 1], 0x31); /* r[2i].hi | r[2i+1].hi */
+        t[i] = _mm256_add_ps(lo, hi);
+    }
+    const __m256 u0 = _mm256_hadd_ps(t[0], t[1]); /* lanes: pairs of r0, r2 | r1, r3 */
+    const __m256 u1 = _mm256_hadd_ps(t[2], t[3]); /* r4, r6 | r5, r7 */
+    const __m256 x = _mm256_hadd_ps(u0, u1);      /* r0 r2 r4 r6 | r1 r3 r5 r7 */
+    return _mm256_permutevar8x32_ps(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* NQ rows (constant) over cells [c0, c1); HD constant where the caller makes it so. Up to 2 rows
  * keep all 4 accumulators in registers; 3 or 4 rows go over each K row in two passes of 2. */
 static ALWAYS_INLINE void qk_f16_rows(int HD, int NQ, float *s, int64_t lds, const llmrt_fp16_t *k, int64_t ldk,
                                       const float *qf, int64_t ldq, int c0, int c1) {
     const int np = HD & ~31;
-    for (int c = c0; c < c1; c++) {
-        const llmrt_fp16_t *kr = k + (int64_t)c * ldk;
+    int64_t c = c0;
+    if (np == HD && HD <= 64) { /* short dots, no tail: the ends of 8 at once (qk_f16_end8) */
+        for (; c + 8 <= c1; c += 8) {
+            __m256 r[4][8]; /* (a0 + a2) + (a1 + a3) of row j, cell c + e */
+            for (int e = 0; e < 8; e++) {
+                const llmrt_fp16_t *kr = k + (c + e) * ldk;
+                __m256 acc[4][4];
+                if (NQ <= 2) {
+                    qk_f16_acc(np, NQ, 0, 4, kr, qf, ldq, acc);
+                } else {
+                    qk_f16_acc(np, NQ, 0, 2, kr, qf, ldq, acc);
+                    qk_f16_acc(np, NQ, 2, 2, kr, qf, ldq, acc);
+                }
+                for (int j = 0; j < NQ; j++) {
+                    r[j][e] = _mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][2]), _mm256_add_ps(acc[j][1], acc[j][3]));
+                }
+            }
+            for (int j = 0; j < NQ; j++) _mm256_storeu_ps(s + j * lds + c, qk_f16_end8(r[j]));
+        }
+    }
+    for (; c < c1; c++) {
+        const llmrt_fp16_t *kr = k + c * ldk;
         __m256 acc[4][4];
         if (NQ <= 2) {
             qk_f16_acc(np, NQ, 0, 4, kr, qf, ldq, acc);
