@@ -113,12 +113,13 @@ static ALWAYS_INLINE void pv_rows(int kind, int NQ, int NVMAX, int hd, float *y,
     }
 }
 
-/* Scratch: ch (32 * 64 floats: the chains of one block) | nz (n bytes) | pf (4 rows of n floats). */
+/* Scratch: ch (32 * 128 floats: the chains of one block, at most 32 * NQ * 8 NV = 32 * 96) | nz (n bytes)
+ * | pf (min(nq, 4) rows of n floats). */
 static ALWAYS_INLINE void attn_pv(int kind, int hd, int nq, float *y, int64_t ldy, const void *v, int64_t ldv,
                                   const void *p, int64_t ldp, int c0, int c1, void *scratch) {
     const int n = c1 > c0 ? c1 - c0 : 0;
     float *ch = scratch;
-    uint8_t *nz = (uint8_t *)(ch + 32 * 64);
+    uint8_t *nz = (uint8_t *)(ch + 32 * 128);
     float *pf = (float *)((char *)nz + ((size_t)n + 63) / 64 * 64);
     for (int j0 = 0; j0 < nq; j0 += 4) {
         const int NQ = nq - j0 < 4 ? nq - j0 : 4;
@@ -143,7 +144,7 @@ static ALWAYS_INLINE void attn_pv(int kind, int hd, int nq, float *y, int64_t ld
         float *yj = y + j0 * ldy;
         switch (NQ) {
         case 4: pv_rows(kind, 4, 2, hd, yj, ldy, v, ldv, pf, n, nz, c0, c1, ch); break;
-        case 3: pv_rows(kind, 3, 2, hd, yj, ldy, v, ldv, pf, n, nz, c0, c1, ch); break;
+        case 3: pv_rows(kind, 3, 4, hd, yj, ldy, v, ldv, pf, n, nz, c0, c1, ch); break; /* 12 accumulators */
         case 2: pv_rows(kind, 2, 4, hd, yj, ldy, v, ldv, pf, n, nz, c0, c1, ch); break;
         default: pv_rows(kind, 1, 8, hd, yj, ldy, v, ldv, pf, n, nz, c0, c1, ch); break;
         }
