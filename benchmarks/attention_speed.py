@@ -6,6 +6,12 @@ is repeated (--repeat) and the best time is kept: the machine is shared, so the 
 least noisy estimate. Run from the repository root:
 
     python benchmarks/attention_speed.py --threads 2 --repeat 3
+
+With --op, times the attention node alone (a graph of one attention over a 1024-cell f16 cache,
+random q/k/v) at the real models' shapes: milliseconds for the 512-token prefill and for one
+decode step after it (its n_kv is 768 cells: 513 used).
+
+    python benchmarks/attention_speed.py --op --threads 2 --repeat 5
 """
 import argparse
 import os
@@ -19,6 +25,48 @@ MODELS = {
     "SmolLM2-135M Q4_1": "/work/models/SmolLM2-135M-Instruct.Q4_1.gguf",
     "Gemma 3 270M Q4_K_M": "/work/models/gemma-3-270m-q4_k_m.gguf",
 }
+
+
+# name: (n_head, n_head_kv, head_dim, n_swa) of one attention layer
+OP_SHAPES = {
+    "SmolLM2-135M": (9, 3, 64, 0),
+    "Gemma 3 270M local": (4, 1, 256, 512),
+    "Gemma 3 270M global": (4, 1, 256, 0),
+}
+
+
+def op_bench(a):
+    import llmrt._core as core
+    rng = np.random.default_rng(0)
+    n_ctx, n = 1024, a.prompt
+    print(f"| attention shape | pp{n} ms | decode step ms (after pp{n}) |")
+    print("| --- | --- | --- |")
+    for name, (nh, nkv, hd, n_swa) in OP_SHAPES.items():
+        g = core.Graph(n, a.threads)
+        tok = g.input_tokens()
+        N = n + 1
+
+        def act(heads):
+            d = heads * hd
+            w = g.weight(rng.standard_normal((N, d)).astype(np.float32), 0, (d, N))
+            return g.reshape(g.get_rows(w, tok), (hd, heads))
+
+        cache = core.KVCache(1, n_ctx, nkv, hd, hd, dtype="f16")
+        y = g.attention(act(nh), act(nkv), act(nkv), cache, 0, 1.0 / np.sqrt(hd), n_swa=n_swa)
+        g.set_output(y)
+        g.build()
+        best_p = best_d = float("inf")
+        for _ in range(a.repeat):
+            cache.truncate(0)
+            t0 = time.perf_counter()
+            g.run(np.arange(n), np.arange(n))
+            t1 = time.perf_counter()
+            for _ in range(8):
+                g.run([n], [n])
+                cache.truncate(n)
+            t2 = time.perf_counter()
+            best_p, best_d = min(best_p, t1 - t0), min(best_d, (t2 - t1) / 8)
+        print(f"| {name} | {best_p * 1e3:.2f} | {best_d * 1e3:.3f} |", flush=True)
 
 
 def run_once(model, n_prompt, n_gen, rng):
@@ -40,7 +88,11 @@ def main():
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--model", choices=list(MODELS), action="append")
+    ap.add_argument("--op", action="store_true", help="time the attention node alone")
     a = ap.parse_args()
+    if a.op:
+        op_bench(a)
+        return
     rng = np.random.default_rng(0)
     print(f"| model | pp{a.prompt} t/s | tg{a.gen} t/s (after the prompt) |")
     print("| --- | --- | --- |")

@@ -33,6 +33,10 @@ CASES = {
     "gqa4-hd80-softcap": (8, 2, 80, 0, 5.0, 45, 5),
     "gqa4-hd256-swa70": (4, 1, 256, 70, 0.0, 140, 6),
     "gqa3-hd64-past256": (9, 3, 64, 0, 0.0, 250, 12),  # n_kv goes 256 -> 512 during decode
+    # groups the kernels take in more than one batch of rows (4 + 2), and a group larger than a
+    # chunk's 8 heads (8 + 2)
+    "gqa6-hd64-swa40": (12, 2, 64, 40, 0.0, 70, 4),
+    "gqa10-hd32": (10, 1, 32, 0, 0.0, 50, 4),
 }
 
 
@@ -132,7 +136,8 @@ def test_attention_matches_reference(rng, isa_level, case, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
-@pytest.mark.parametrize("case", ["gqa3-hd64-swa20", "gqa4-hd256-swa70", "gqa4-hd80-softcap"])
+@pytest.mark.parametrize("case", ["gqa3-hd64-swa20", "gqa4-hd256-swa70", "gqa4-hd80-softcap",
+                                  "gqa6-hd64-swa40", "gqa10-hd32"])
 def test_attention_batch_equals_decode_bit_for_bit(rng, case, dtype):
     """While every run walks the same padded n_kv (256), a token's output cannot depend on how the
     tokens were batched, nor on the thread count: the fast path must keep each float operation."""

@@ -2,7 +2,8 @@
  * attn_generic.c — attention's P.V product for the generic level (see llmrt_attn_pv_fn in
  * llmrt.h). The generic vec_dot_f16 / vec_dot_f32 (dot_generic.c) add each f32 product to one
  * double in index order, so visiting the cells in index order, row by row, and adding each
- * row's products to hd doubles gives every output the same sequence of operations. Skipped cells
+ * row's products to hd doubles gives every output the same sequence of operations. Each of the nq
+ * probability rows is done on its own (this level has no conversion to share). Skipped cells
  * have p == 0: their products are ±0 and adding ±0 to a double sum that starts at +0 changes
  * nothing.
  */
@@ -10,34 +11,38 @@
 
 #define FP16(h) llmrt_fp16_to_fp32(h)
 
-static void attn_pv_f16_generic(int hd, float *y, const void *vv, int64_t ldv, const void *vp, int c0,
-                                int c1, void *scratch) {
+static void attn_pv_f16_generic(int hd, int nq, float *y, int64_t ldy, const void *vv, int64_t ldv,
+                                const void *vp, int64_t ldp, int c0, int c1, void *scratch) {
     const llmrt_fp16_t *v = vv; /* (cells, ldv) */
-    const llmrt_fp16_t *p = vp; /* (cells) */
     double *sum = scratch;      /* (hd) */
-    for (int d = 0; d < hd; d++) sum[d] = 0.0;
-    for (int c = c0; c < c1; c++) {
-        if (p[c] == 0) continue;
-        const float pc = FP16(p[c]);
-        const llmrt_fp16_t *row = v + (int64_t)c * ldv;
-        for (int d = 0; d < hd; d++) sum[d] += (double)(FP16(row[d]) * pc);
+    for (int j = 0; j < nq; j++) {
+        const llmrt_fp16_t *p = (const llmrt_fp16_t *)vp + j * ldp; /* (cells) */
+        for (int d = 0; d < hd; d++) sum[d] = 0.0;
+        for (int c = c0; c < c1; c++) {
+            if (p[c] == 0) continue;
+            const float pc = FP16(p[c]);
+            const llmrt_fp16_t *row = v + (int64_t)c * ldv;
+            for (int d = 0; d < hd; d++) sum[d] += (double)(FP16(row[d]) * pc);
+        }
+        for (int d = 0; d < hd; d++) y[j * ldy + d] = (float)sum[d];
     }
-    for (int d = 0; d < hd; d++) y[d] = (float)sum[d];
 }
 
-static void attn_pv_f32_generic(int hd, float *y, const void *vv, int64_t ldv, const void *vp, int c0,
-                                int c1, void *scratch) {
+static void attn_pv_f32_generic(int hd, int nq, float *y, int64_t ldy, const void *vv, int64_t ldv,
+                                const void *vp, int64_t ldp, int c0, int c1, void *scratch) {
     const float *v = vv; /* (cells, ldv) */
-    const float *p = vp; /* (cells) */
     double *sum = scratch; /* (hd) */
-    for (int d = 0; d < hd; d++) sum[d] = 0.0;
-    for (int c = c0; c < c1; c++) {
-        if (p[c] == 0.0f) continue;
-        const float pc = p[c];
-        const float *row = v + (int64_t)c * ldv;
-        for (int d = 0; d < hd; d++) sum[d] += (double)(row[d] * pc);
+    for (int j = 0; j < nq; j++) {
+        const float *p = (const float *)vp + j * ldp; /* (cells) */
+        for (int d = 0; d < hd; d++) sum[d] = 0.0;
+        for (int c = c0; c < c1; c++) {
+            if (p[c] == 0.0f) continue;
+            const float pc = p[c];
+            const float *row = v + (int64_t)c * ldv;
+            for (int d = 0; d < hd; d++) sum[d] += (double)(row[d] * pc);
+        }
+        for (int d = 0; d < hd; d++) y[j * ldy + d] = (float)sum[d];
     }
-    for (int d = 0; d < hd; d++) y[d] = (float)sum[d];
 }
 
 void llmrt_register_attn_kernels_generic(llmrt_kernel_table *kt) {

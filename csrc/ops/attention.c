@@ -16,10 +16,12 @@
  *
  * Speed without changing a float operation: the kernel table's attn_qk (scores, vec_dot's order
  * inlined over a range of cells) and attn_pv (V read row by row, each output's fma chains kept
- * in vec_dot's lanes, see x86/attn_avx2.c); only the cells between the first and last visible
- * one are scored, and the softmax and P.V only visit the 64-cell blocks around them (the others
- * hold masked or unused cells, whose exact zeros change no sum). Threads claim (token, head)
- * chunks, so a decode step is shared over the heads and a prefill over tokens and heads.
+ * in vec_dot's lanes, see x86/attn_avx2.c), both over the query heads that share a KV head, so
+ * each K / V vector is loaded and converted once for the group; only the cells between the first
+ * and last visible one are scored, and the softmax and P.V only visit the 64-cell blocks around
+ * them (the others hold masked or unused cells, whose exact zeros change no sum). Threads claim
+ * (token, head group) chunks in a prefill, last token first, and (token, head) chunks in a
+ * decode step, which is then shared over the heads.
  */
 #include <math.h>
 #include <string.h>
@@ -63,25 +65,31 @@ int64_t llmrt_attention_n_kv(int64_t cell) {
     return (used + KV_PAD - 1) / KV_PAD * KV_PAD;
 }
 
-/* Scratch layout (one thread): q16 [hd_k] f16 | w [n_kv] f32 | p16 [n_kv] f16 | acc: the larger of
- * one V column [n_kv] (f16 or f32, the column-by-column path) and attn_pv's 32 * hd_v floats. */
+/* A chunk holds up to this many query heads (of one token, sharing one KV head). */
+#define GMAX 8
+
+/* Scratch layout (one thread), G = the heads of a chunk: q16 [G][hd_k] f16 or f32 | w [G][n_kv] f32
+ * | p16 [G][n_kv] f16 or f32 | the kernels' scratch (LLMRT_ATTN_SCRATCH), which also holds one V
+ * column [n_kv] (f16 or f32) on the column-by-column path. */
 static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 
-static size_t wsize_for(int64_t hd_k, int64_t hd_v, int64_t n_kv) {
-    const size_t col = (size_t)n_kv * sizeof(float);
-    const size_t pv = (size_t)32 * (size_t)hd_v * sizeof(float);
-    return align64((size_t)hd_k * sizeof(float)) + align64((size_t)n_kv * sizeof(float)) * 2 +
-           align64(col > pv ? col : pv);
+static size_t wsize_for(int64_t n_head, int64_t hd_k, int64_t hd_v, int64_t n_kv) {
+    const size_t G = (size_t)(n_head < GMAX ? n_head : GMAX);
+    const int64_t hd = hd_k > hd_v ? hd_k : hd_v;
+    return align64(G * (size_t)hd_k * sizeof(float)) + align64(G * (size_t)n_kv * sizeof(float)) * 2 +
+           align64(LLMRT_ATTN_SCRATCH(hd, G, n_kv));
 }
 
 static int64_t hd_v_of(const llmrt_tensor *dst) { return dst->ne[0] / dst->src[0]->ne[1]; }
 
 size_t llmrt_attention_wsize(const llmrt_tensor *dst) {
-    return wsize_for(dst->src[0]->ne[0], hd_v_of(dst), KV_PAD); /* grown at run time for larger caches */
+    /* grown at run time for larger caches */
+    return wsize_for(dst->src[0]->ne[1], dst->src[0]->ne[0], hd_v_of(dst), KV_PAD);
 }
 
 size_t llmrt_attention_wsize_run(const llmrt_tensor *dst, int n_ctx) {
-    return wsize_for(dst->src[0]->ne[0], hd_v_of(dst), llmrt_attention_n_kv(n_ctx > 0 ? n_ctx - 1 : 0));
+    return wsize_for(dst->src[0]->ne[1], dst->src[0]->ne[0], hd_v_of(dst),
+                     llmrt_attention_n_kv(n_ctx > 0 ? n_ctx - 1 : 0));
 }
 
 /* Cells are visited in ranges aligned to this many cells, from cell 0: the softmax and the P.V
@@ -102,7 +110,13 @@ static inline int visible(int32_t pc, int32_t p, int n_swa) {
  *   e_c = exp(w_c - max) with ggml_vec_soft_max_f32, sum in double
  *   p_c = f16(e_c * (float)(1 / sum))  (kq converted to f16 for the product with V)
  *   y_d = vec_dot_f16(V[:, d], p)      over the n_kv cells, masked ones contributing 0
- * An f32 cache uses the f32 kernels and f32 q / p. */
+ * An f32 cache uses the f32 kernels and f32 q / p.
+ *
+ * A chunk is one token and G query heads that share a KV head (all of the group's, at most GMAX,
+ * when there are enough chunks to share out; one head each in a decode step, which then still
+ * spreads over the threads): the kernels score them and multiply P.V with each K / V row loaded
+ * once. Chunks are claimed last token first: in a causal prefill the later tokens see more cells,
+ * so the long chunks go first and the short ones fill in at the end. */
 void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_tensor *q = dst->src[0];
     const llmrt_kv_cache *cache = p->ctx->cache;
@@ -133,30 +147,39 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
     const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
 
+    /* heads per chunk: the whole group (up to GMAX) when that leaves a few chunks per thread */
+    int64_t G = group < GMAX ? group : GMAX;
+    if (n * n_head_kv < 4 * (int64_t)p->nth) G = 1;
+    const int64_t n_sub = (group + G - 1) / G; /* chunks per (token, KV head) */
+    const int64_t per_tok = n_head_kv * n_sub;
+
+    char *ws = (char *)p->wdata;
+    void *qc = ws;                                                           /* [G][hd_k] */
+    float *w = (float *)(ws + align64((size_t)G * (size_t)hd_k * sizeof(float))); /* [G][n_kv] */
+    void *pc = (char *)w + align64((size_t)G * (size_t)n_kv * sizeof(float));    /* [G][n_kv] */
+    void *kscr = (char *)pc + align64((size_t)G * (size_t)n_kv * sizeof(float)); /* see wsize_for */
+
     int64_t last_i = -1, lo = 0, hi = -1; /* token whose visible range lo..hi is known */
-    for (int64_t c = llmrt_claim(p); c < n * n_head; c = llmrt_claim(p)) {
-        const int64_t i = c / n_head;
-        const int64_t h = c % n_head;
-        const int64_t kh = h / group;
+    for (int64_t c = llmrt_claim(p); c < n * per_tok; c = llmrt_claim(p)) {
+        const int64_t i = n - 1 - c / per_tok;
+        const int64_t kh = c % per_tok / n_sub;
+        const int64_t h0 = kh * group + c % n_sub * G;              /* first head of the chunk */
+        const int64_t nh = kh * group + group - h0 < G ? kh * group + group - h0 : G;
         const int32_t p_i = p->ctx->positions[i];
 
-        char *ws = (char *)p->wdata;
-        void *qc = ws;                                                    /* [hd_k] f16 or f32 */
-        float *w = (float *)(ws + align64((size_t)hd_k * sizeof(float))); /* [n_kv] */
-        void *pc = (char *)w + align64((size_t)n_kv * sizeof(float));     /* [n_kv] */
-        void *acc = (char *)pc + align64((size_t)n_kv * sizeof(float));   /* see wsize_for */
-
-        const float *qv = (const float *)((const char *)q->data + i * q->nb[2] + h * q->nb[1]);
-        if (is_f16) {
-            to_f16(qv, qc, hd_k); /* ggml converts q to K's type for the product */
-        } else {
-            memcpy(qc, qv, (size_t)hd_k * sizeof(float));
+        for (int64_t j = 0; j < nh; j++) {
+            const float *qv = (const float *)((const char *)q->data + i * q->nb[2] + (h0 + j) * q->nb[1]);
+            if (is_f16) {
+                to_f16(qv, (llmrt_fp16_t *)qc + j * hd_k, hd_k); /* ggml converts q to K's type */
+            } else {
+                memcpy((float *)qc + j * hd_k, qv, (size_t)hd_k * sizeof(float));
+            }
         }
         const char *kbase = (const char *)cache->k[l] + (size_t)kh * (size_t)hd_k * esize;
         const char *vbase = (const char *)cache->v[l] + (size_t)kh * (size_t)hd_v * esize;
 
         /* lo..hi: the first and last unmasked cell (causal by stored position, sliding window);
-         * the same for every head of token i (a thread often claims them in a row) */
+         * the same for every head of token i */
         if (i != last_i) {
             lo = n_valid, hi = -1;
             for (int64_t cell = 0; cell < n_valid; cell++) {
@@ -176,64 +199,78 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
             b = (hi + KV_ALIGN) / KV_ALIGN * KV_ALIGN;
             if (b > n_kv) b = n_kv;
         }
-        /* scores: K.q on [lo, hi] (masked cells inside are computed, then overwritten), then
-         * scale, softcap, and -inf on masked and unused cells */
+        /* scores: K.q on [lo, hi] (masked cells inside are computed, then overwritten) */
         if (hi >= 0) {
             if (qk != NULL) {
-                qk((int)hd_k, w, kbase, (int64_t)(kcell / esize), qc, (int)lo, (int)hi + 1);
+                qk((int)hd_k, (int)nh, w, n_kv, kbase, (int64_t)(kcell / esize), qc, hd_k, (int)lo, (int)hi + 1,
+                   kscr);
             } else {
-                for (int64_t cell = lo; cell <= hi; cell++) dot((int)hd_k, &w[cell], kbase + (size_t)cell * kcell, qc);
+                for (int64_t j = 0; j < nh; j++) {
+                    const char *qj = (const char *)qc + (size_t)(j * hd_k) * esize;
+                    for (int64_t cell = lo; cell <= hi; cell++) {
+                        dot((int)hd_k, &w[j * n_kv + cell], kbase + (size_t)cell * kcell, qj);
+                    }
+                }
             }
         }
-        float max = -INFINITY;
-        for (int64_t cell = a; cell < b; cell++) {
-            float s = -INFINITY;
-            if (cell >= lo && cell <= hi && visible(cpos[cell], p_i, n_swa)) {
-                s = w[cell] * scale;
-                if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
+        /* per head: scale, softcap, -inf on masked and unused cells; softmax; the probabilities
+         * in the V product's type */
+        for (int64_t j = 0; j < nh; j++) {
+            float *wj = w + j * n_kv;
+            float max = -INFINITY;
+            for (int64_t cell = a; cell < b; cell++) {
+                float s = -INFINITY;
+                if (cell >= lo && cell <= hi && visible(cpos[cell], p_i, n_swa)) {
+                    s = wj[cell] * scale;
+                    if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
+                }
+                wj[cell] = s;
+                max = s > max ? s : max; /* ggml_vec_max_f32 */
             }
-            w[cell] = s;
-            max = s > max ? s : max; /* ggml_vec_max_f32 */
-        }
-        /* softmax; then the probabilities in the V product's type */
-        const double sum = kt->vec_soft_max((int)(b - a), w + a, w + a, max);
-        const float inv = (float)(1.0 / sum);
-        if (is_f16) {
-            for (int64_t cell = a; cell < b; cell++) w[cell] *= inv;
-            to_f16(w + a, (llmrt_fp16_t *)pc + a, b - a);
-        } else {
-            float *pf = (float *)pc;
-            for (int64_t cell = a; cell < b; cell++) pf[cell] = w[cell] * inv;
+            const double sum = kt->vec_soft_max((int)(b - a), wj + a, wj + a, max);
+            const float inv = (float)(1.0 / sum);
+            if (is_f16) {
+                for (int64_t cell = a; cell < b; cell++) wj[cell] *= inv;
+                to_f16(wj + a, (llmrt_fp16_t *)pc + j * n_kv + a, b - a);
+            } else {
+                float *pf = (float *)pc + j * n_kv;
+                for (int64_t cell = a; cell < b; cell++) pf[cell] = wj[cell] * inv;
+            }
         }
         /* out[d] = V[:, d] . p over the n_kv cells; masked cells read as 0 */
-        float *y = (float *)((char *)dst->data + i * dst->nb[1]) + h * hd_v;
+        float *y = (float *)((char *)dst->data + i * dst->nb[1]) + h0 * hd_v;
         if (pv != NULL) {
             /* V is read only in used cells (n_kv may pass n_ctx; unused cells have p = 0 unless
              * the scores are NaN, and then the output is NaN either way) */
-            pv((int)hd_v, y, vbase, (int64_t)(vcell / esize), pc, (int)a, (int)(b < n_valid ? b : n_valid), acc);
+            pv((int)hd_v, (int)nh, y, hd_v, vbase, (int64_t)(vcell / esize), pc, n_kv, (int)a,
+               (int)(b < n_valid ? b : n_valid), kscr);
             continue;
         }
-        for (int64_t d = 0; d < hd_v; d++) {
-            if (is_f16) {
-                llmrt_fp16_t *vc = (llmrt_fp16_t *)acc;
-                for (int64_t cell = 0; cell < n_kv; cell++) {
-                    llmrt_fp16_t v = 0;
-                    if (cell < n_valid && w[cell] != 0.0f) {
-                        memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
+        for (int64_t j = 0; j < nh; j++) {
+            const float *wj = w + j * n_kv;
+            const char *pj = (const char *)pc + (size_t)(j * n_kv) * esize;
+            for (int64_t d = 0; d < hd_v; d++) {
+                if (is_f16) {
+                    llmrt_fp16_t *vc = (llmrt_fp16_t *)kscr;
+                    for (int64_t cell = 0; cell < n_kv; cell++) {
+                        llmrt_fp16_t v = 0;
+                        if (cell < n_valid && wj[cell] != 0.0f) {
+                            memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
+                        }
+                        vc[cell] = v;
                     }
-                    vc[cell] = v;
-                }
-            } else {
-                float *vc = (float *)acc;
-                for (int64_t cell = 0; cell < n_kv; cell++) {
-                    float v = 0.0f;
-                    if (cell < n_valid && w[cell] != 0.0f) {
-                        memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
+                } else {
+                    float *vc = (float *)kscr;
+                    for (int64_t cell = 0; cell < n_kv; cell++) {
+                        float v = 0.0f;
+                        if (cell < n_valid && wj[cell] != 0.0f) {
+                            memcpy(&v, vbase + (size_t)cell * vcell + (size_t)d * esize, sizeof(v));
+                        }
+                        vc[cell] = v;
                     }
-                    vc[cell] = v;
                 }
+                dot((int)n_kv, &y[j * hd_v + d], kscr, pj);
             }
-            dot((int)n_kv, &y[d], acc, pc);
         }
     }
 }

@@ -97,18 +97,26 @@ typedef void (*llmrt_pack_fn)(const void *src, size_t src_row_bytes, int64_t K, 
  * bits vec_dot gives; x rows (the type's vec_dot_type) x_stride bytes apart */
 typedef void (*llmrt_gemm_fn)(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride,
                               int n_x, float *y, int64_t y_stride);
-/* Attention's P.V product (csrc/ops/attention.c) for a cache of type T (F16 or F32), computed row
- * by row but with each output in the exact order of this level's vec_dot[T] over n cells:
- *     y[d] = vec_dot_T(n, V[:, d], p)   for d < hd,   V[c][d] = v[c * ldv + d]  (T elements)
- * where every cell outside [c0, c1) and every cell with p[c] == 0 holds p[c] == 0 (its product
- * is an exact zero, which leaves every accumulator unchanged), so only cells in [c0, c1) with
- * p[c] != 0 are read. n is a multiple of 32 (of 256 in attention), hd a multiple of 8;
- * scratch holds 32 * hd floats (64-byte aligned). */
-typedef void (*llmrt_attn_pv_fn)(int hd, float *y, const void *v, int64_t ldv, const void *p, int c0,
-                                 int c1, void *scratch);
-/* Attention's scores (K.q) for a cache of type T: s[c] = vec_dot_T(hd, K[c], q) for c in [c0, c1),
- * K[c] = k + c * ldk elements of T, q of type T (hd elements); each exactly as vec_dot[T]. */
-typedef void (*llmrt_attn_qk_fn)(int hd, float *s, const void *k, int64_t ldk, const void *q, int c0, int c1);
+/* Attention's kernels (csrc/ops/attention.c) for a cache of type T (F16 or F32), over nq rows that
+ * share one K / V (the query heads of a GQA group): each K row / V row is loaded (and converted)
+ * once for all nq rows, but every output keeps the exact float operations of this level's
+ * vec_dot[T]. Both take a scratch of LLMRT_ATTN_SCRATCH(hd, nq, n) bytes (64-byte aligned), n the
+ * number of cells (>= c1).
+ *
+ * P.V: computed row by row over V, with each output in vec_dot[T]'s order over n cells:
+ *     y[j * ldy + d] = vec_dot_T(n, V[:, d], p + j * ldp)   for j < nq, d < hd,
+ *     V[c][d] = v[c * ldv + d]  (T elements)
+ * where every cell outside [c0, c1) holds p == 0 in every row (its products are exact zeros,
+ * which leave every accumulator unchanged), so only cells in [c0, c1) are read, and of those
+ * only cells where some row has p != 0 (a row's zero there adds an exact zero: V is finite in
+ * written cells). n is a multiple of 32 (of 256 in attention), hd a multiple of 8. */
+typedef void (*llmrt_attn_pv_fn)(int hd, int nq, float *y, int64_t ldy, const void *v, int64_t ldv,
+                                 const void *p, int64_t ldp, int c0, int c1, void *scratch);
+/* Scores (K.q): s[j * lds + c] = vec_dot_T(hd, K[c], q + j * ldq) for j < nq, c in [c0, c1),
+ * K[c] = k + c * ldk elements of T, q rows of type T (hd elements); each exactly as vec_dot[T]. */
+typedef void (*llmrt_attn_qk_fn)(int hd, int nq, float *s, int64_t lds, const void *k, int64_t ldk,
+                                 const void *q, int64_t ldq, int c0, int c1, void *scratch);
+#define LLMRT_ATTN_SCRATCH(hd, nq, n) ((size_t)8 * (size_t)(nq) * ((size_t)(hd) + (size_t)(n)) + 16384)
 
 /* Per-type traits (designated initializers in csrc/types.c). */
 typedef struct {
