@@ -151,17 +151,20 @@ static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i
         }
         break;
     }
-    default: { /* KQ6 */
+    default: { /* KQ6: q = nibble | 2 bits of qh at bits 4..5; the bits 2g, 2g + 1 of a qh byte are
+                * moved there by one 16-bit shift (4, 2, 0, -2 bits: no bit crosses into the
+                * neighbour byte's bits 4..5) and a mask */
         scales16_to_2x8(loadu128(bg + Q6K_SC + 16 * r), 1, sc);
+        const __m256i m30 = _mm256_set1_epi8(0x30);
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = loadu256(bg + Q6K_QL + 128 * r + 64 * h);      /* groups 0 (low), 2 (high) */
             const __m256i ql1 = loadu256(bg + Q6K_QL + 128 * r + 64 * h + 32); /* groups 1 (low), 3 (high) */
             const __m256i qh = loadu256(bg + Q6K_QH + 64 * r + 32 * h);
-            for (int g = 0; g < 4; g++) {
-                const __m256i ql = (g % 2) ? ql1 : ql0;
-                const __m256i nib = (g < 2) ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-                q[4 * h + g] = _mm256_or_si256(nib, _mm256_slli_epi16(shr_bytes(qh, 2 * g, 0x03), 4));
-            }
+            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
         }
         break;
     }
