@@ -64,11 +64,15 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
         summ[j] = _mm_setzero_ps();
         for (int r = 0; r < Q32_R; r++) acc[r][j] = _mm256_setzero_ps();
     }
-    const size_t qsb = type == LLMRT_TYPE_Q8_0 ? 128 : 64;  /* quant bytes per block of the group */
+    const size_t pfs = q32_group_bytes(type, nb) / (size_t)nb; /* group bytes per block (<= 136) */
     for (int64_t ib = 0; ib < nb; ib++) {
-        if (NT == 1) { /* decode streams the weights once: fetch ahead of the prefetchers (an address
-                        * past the group is never read: uintptr_t arithmetic, a hint only) */
-            _mm_prefetch((const char *)((uintptr_t)(qs + ib * qsb) + GEMV_PF_BYTES), _MM_HINT_T0);
+        if (NT == 1) { /* decode streams the weights once (the groups lie back to back): fetch
+                        * GEMV_PF_BYTES ahead of the group's bytes consumed per block, pfs, so every
+                        * line is asked for (an address past the weights is never read: uintptr_t
+                        * arithmetic, a hint only) */
+            const uintptr_t a = (uintptr_t)grp + GEMV_PF_BYTES + (uintptr_t)ib * pfs;
+            _mm_prefetch((const char *)a, _MM_HINT_T0);
+            if (pfs > 64) _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
         }
         __m128 xd, xm = _mm_setzero_ps();
         if (q8_1) {

@@ -35,6 +35,20 @@
 #define TT 8 /* activation rows per tile: each unpacked weight vector is used TT times (8 vs 4:
                    * ~12% fewer instructions per output at n_x = 64, callgrind) */
 
+#ifndef GEMV_K_PF_BYTES
+#define GEMV_K_PF_BYTES 2048 /* decode (n_x = 1) prefetch distance */
+#endif
+
+/* Decode streams the weights once (groups lie back to back): before row r of block group bg is
+ * read, the lines of its share of the block group GEMV_K_PF_BYTES ahead are asked for (an address
+ * past the weights is never read: uintptr_t arithmetic, a hint only). */
+static inline void gemv_prefetch(const uint8_t *bg, int bg_bytes, int r) {
+    const int share = bg_bytes / PK_R;
+    const uintptr_t a = (uintptr_t)bg + GEMV_K_PF_BYTES + (uintptr_t)(r * share);
+    for (int o = 0; o < share; o += 64) _mm_prefetch((const char *)(a + (uintptr_t)o), _MM_HINT_T0);
+    _mm_prefetch((const char *)(a + (uintptr_t)share - 1), _MM_HINT_T0);
+}
+
 /* activation row j */
 #define XROW(x, j, x_stride) ((const void *)((const uint8_t *)(x) + (size_t)(j) * (x_stride)))
 
@@ -79,6 +93,7 @@ static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void 
                     for (int t = 0; t < nt; t++) isums[t][r] = _mm256_setzero_si256();
                     continue;
                 }
+                if (n_x == 1) gemv_prefetch(bg, Q4K_BG, r);
                 const uint8_t *qs = bg + Q4K_QS + 128 * r;
                 const uint8_t *sc = bg + Q4K_SC + 8 * r;
                 __m256i q[8], scv[8];
@@ -198,6 +213,7 @@ static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int
             }
             for (int r = 0; r < n_rows; r++) {
                 __m256i q[8], sc[8];
+                if (n_x == 1) gemv_prefetch(bg, bg_bytes, r);
                 unpack_row(kind, bg, r, q, sc);
                 const float d = f16(((const llmrt_fp16_t *)(bg + o_d))[r]);
                 __m256i sc16 = _mm256_setzero_si256(), mins16 = sc16; /* Q6_K scales / Q2_K mins, i16 */
