@@ -64,7 +64,9 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
         summ[j] = _mm_setzero_ps();
         for (int r = 0; r < Q32_R; r++) acc[r][j] = _mm256_setzero_ps();
     }
-    const size_t pfs = q32_group_bytes(type, nb) / (size_t)nb; /* group bytes per block (<= 136) */
+    /* group bytes per block, padding aside (<= 136; a constant: no division per call) */
+    const size_t pfs = (size_t)(Q32_R * (2 * q32_nsc(type) + (q32_has_qh(type) ? 4 : 0) + q32_qsb(type)));
+#pragma GCC unroll 2
     for (int64_t ib = 0; ib < nb; ib++) {
         if (NT == 1) { /* decode streams the weights once (the groups lie back to back): fetch
                         * GEMV_PF_BYTES ahead of the group's bytes consumed per block, pfs, so every
@@ -86,10 +88,12 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
         __m256i yq[4], yo[4];
         for (int j = 0; j < NT; j++) {
             const uint8_t *yb = x + (size_t)j * xs + (size_t)ib * ybs;
-            _mm_store_ps(dp[j], _mm_mul_ps(xd, _mm_set1_ps(f16_at(yb))));
+            /* d_y: cvtph of the block's first 4 halves (d, then 3 halves of other fields), lane 0 */
+            const __m128 dy = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)yb));
+            _mm_store_ps(dp[j], _mm_mul_ps(xd, _mm_broadcastss_ps(dy)));
             if (q8_1) summ[j] = _mm_fmadd_ps(xm, _mm_set1_ps(f16_at(yb + 2)), summ[j]);
             yq[j] = loadu256(yb + yqo);
-            if (off) yo[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8((char)off), yq[j]), ones);
+            if (off) yo[j] = _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), yq[j]); /* i16 pairs */
         }
         if (type == LLMRT_TYPE_Q8_0) {
             for (int r = 0; r < Q32_R; r++) {
@@ -117,8 +121,9 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
                 for (int k = 0; k < 2; k++) {
                     const int r = 2 * p + k;
                     for (int j = 0; j < NT; j++) {
-                        __m256i i32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w[k], yq[j]), ones);
-                        if (off) i32 = _mm256_sub_epi32(i32, yo[j]);
+                        __m256i p16 = _mm256_maddubs_epi16(w[k], yq[j]);
+                        if (off) p16 = _mm256_sub_epi16(p16, yo[j]); /* exact in i16 (tile_q32u) */
+                        const __m256i i32 = _mm256_madd_epi16(p16, ones);
                         acc[r][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dp[j][r]), _mm256_cvtepi32_ps(i32), acc[r][j]);
                     }
                 }
