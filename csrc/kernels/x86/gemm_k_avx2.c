@@ -35,18 +35,19 @@
 #define TT 8 /* activation rows per tile: each unpacked weight vector is used TT times (8 vs 4:
                    * ~12% fewer instructions per output at n_x = 64, callgrind) */
 
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 #ifndef GEMV_K_PF_BYTES
 #define GEMV_K_PF_BYTES 2048 /* decode (n_x = 1) prefetch distance */
 #endif
 
 /* Decode streams the weights once (groups lie back to back): before row r of block group bg is
- * read, the lines of its share of the block group GEMV_K_PF_BYTES ahead are asked for (an address
- * past the weights is never read: uintptr_t arithmetic, a hint only). */
-static inline void gemv_prefetch(const uint8_t *bg, int bg_bytes, int r) {
+ * read, its share of the bytes GEMV_K_PF_BYTES ahead is asked for, ceil(share / 64) lines from
+ * its start (a share's last line, when missed, is the next row's first; an address past the
+ * weights is never read: uintptr_t arithmetic, a hint only). */
+static ALWAYS_INLINE void gemv_prefetch(const uint8_t *bg, int bg_bytes, int r) {
     const int share = bg_bytes / PK_R;
     const uintptr_t a = (uintptr_t)bg + GEMV_K_PF_BYTES + (uintptr_t)(r * share);
     for (int o = 0; o < share; o += 64) _mm_prefetch((const char *)(a + (uintptr_t)o), _MM_HINT_T0);
-    _mm_prefetch((const char *)(a + (uintptr_t)share - 1), _MM_HINT_T0);
 }
 
 /* activation row j */
@@ -126,8 +127,6 @@ static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void 
 /* ---- Q2_K, Q3_K, Q5_K, Q6_K: 8 lanes per (row, token) ------------------------------------------- */
 
 enum { KQ2, KQ3, KQ5, KQ6 };
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
 
 /* Unpacks row r of block group bg: q[s] (s = 0..7) the 32 quants of group s as bytes (Q3_K: 0..7
  * with value q - 4; Q6_K: 0..63 with value q - 32), sc[s] the i16 scales of its two halves. */
