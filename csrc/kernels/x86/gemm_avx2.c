@@ -13,9 +13,10 @@
  *   - d_x·d_y for 4 rows is one mul_ps of the group's 4 scales (one cvtph) by the token's d;
  *   - Q5's 5th bits come from the group's pre-arranged bit layout with two 64-bit shifts per
  *     row pair (gemm_q32.h), no byte shuffle;
- *   - the offset of Q4_0 / Q5_0 (q - 8, q - 16) is the integer Σ 8·y of the 4-element lanes,
- *     computed once per token and block and subtracted from every row's Σ q·y: the same exact
- *     integers as vec_dot's maddubs(q, y) - maddubs(8, y).
+ *   - the offset of Q4_0 / Q5_0 (q - 8, q - 16) is maddubs(off, y), i16 pair sums computed once
+ *     per token and block and subtracted from every row's maddubs(q, y) before the madd to i32
+ *     lanes: the same exact integers as vec_dot's maddubs(q, y) - maddubs(off, y) (every i16
+ *     value fits, nothing saturates).
  * n_x = 1 is the decode GEMV (a tile of one token streams the group once); n_x > 1 tiles tokens
  * by GEMM_NT, the rest by smaller tiles; for Q4_0/Q4_1/Q5_0/Q5_1 the group is first unpacked to
  * bytes once per call (tile_q32u, below).
