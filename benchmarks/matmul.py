@@ -15,8 +15,11 @@ from gguf import GGMLQuantizationType as T
 from llmrt import _core
 
 # (type, K, M): SmolLM2 (Q4_1 layers, Q8_0 tied output), Gemma 3 (Q5_0 / Q8_0 layers, Q8_0 output)
+# Gemma 3 270M Q4_K_M: Q5_0 attn_q/k/v (640 x 1024 / 256) and ffn_gate/up (640 x 2048), Q4_K
+# attn_output (1024 x 640) and ffn_down (2048 x 640), Q6_K ffn_down in some layers (2048 x 640)
 SHAPES = [(T.Q4_1, 576, 1536), (T.Q4_1, 1536, 576), (T.Q8_0, 576, 49152), (T.Q5_0, 640, 2048),
-          (T.Q8_0, 640, 65536), (T.Q4_0, 576, 1536), (T.Q5_1, 576, 1536)]
+          (T.Q8_0, 640, 65536), (T.Q4_0, 576, 1536), (T.Q5_1, 576, 1536),
+          (T.Q5_0, 640, 1024), (T.Q4_K, 1024, 640), (T.Q4_K, 2048, 640), (T.Q6_K, 2048, 640)]
 
 
 def weight(t, K, M, rng):
@@ -59,16 +62,20 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("-n", type=int, nargs="*", default=[1, 512])
+    ap.add_argument("--type", nargs="*", default=None, help="only these types (e.g. Q5_0 Q4_K)")
+    ap.add_argument("--packed-only", action="store_true", help="skip the plain vec_dot path")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     print(f"isa {_core.isa_current()}, {a.threads} threads, best of {a.reps}")
     print("| type | K x M | n | plain ms | packed ms | speedup | packed GB/s (weights) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for t, K, M in SHAPES:
+        if a.type and t.name not in a.type:
+            continue
         w = weight(t, K, M, rng)
         for n in a.n:
             reps = a.reps if n == 1 else max(2, a.reps // 4)
-            tp = best(graph(w, t, K, M, n, a.threads, False), n, reps)
+            tp = float("nan") if a.packed_only else best(graph(w, t, K, M, n, a.threads, False), n, reps)
             tq = best(graph(w, t, K, M, n, a.threads, True), n, reps)
             print(f"| {t.name} | {K} x {M} | {n} | {tp * 1e3:.3f} | {tq * 1e3:.3f} | {tp / tq:.2f} | "
                   f"{w.nbytes / tq / 1e9:.1f} |", flush=True)

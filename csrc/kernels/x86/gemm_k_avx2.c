@@ -35,6 +35,21 @@
 #define TT 8 /* activation rows per tile: each unpacked weight vector is used TT times (8 vs 4:
                    * ~12% fewer instructions per output at n_x = 64, callgrind) */
 
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#ifndef GEMV_K_PF_BYTES
+#define GEMV_K_PF_BYTES 2048 /* decode (n_x = 1) prefetch distance */
+#endif
+
+/* Decode streams the weights once (groups lie back to back): before row r of block group bg is
+ * read, its share of the bytes GEMV_K_PF_BYTES ahead is asked for, ceil(share / 64) lines from
+ * its start (a share's last line, when missed, is the next row's first; an address past the
+ * weights is never read: uintptr_t arithmetic, a hint only). */
+static ALWAYS_INLINE void gemv_prefetch(const uint8_t *bg, int bg_bytes, int r) {
+    const int share = bg_bytes / PK_R;
+    const uintptr_t a = (uintptr_t)bg + GEMV_K_PF_BYTES + (uintptr_t)(r * share);
+    for (int o = 0; o < share; o += 64) _mm_prefetch((const char *)(a + (uintptr_t)o), _MM_HINT_T0);
+}
+
 /* activation row j */
 #define XROW(x, j, x_stride) ((const void *)((const uint8_t *)(x) + (size_t)(j) * (x_stride)))
 
@@ -79,6 +94,7 @@ static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void 
                     for (int t = 0; t < nt; t++) isums[t][r] = _mm256_setzero_si256();
                     continue;
                 }
+                if (n_x == 1) gemv_prefetch(bg, Q4K_BG, r);
                 const uint8_t *qs = bg + Q4K_QS + 128 * r;
                 const uint8_t *sc = bg + Q4K_SC + 8 * r;
                 __m256i q[8], scv[8];
@@ -111,8 +127,6 @@ static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void 
 /* ---- Q2_K, Q3_K, Q5_K, Q6_K: 8 lanes per (row, token) ------------------------------------------- */
 
 enum { KQ2, KQ3, KQ5, KQ6 };
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
 
 /* Unpacks row r of block group bg: q[s] (s = 0..7) the 32 quants of group s as bytes (Q3_K: 0..7
  * with value q - 4; Q6_K: 0..63 with value q - 32), sc[s] the i16 scales of its two halves. */
@@ -151,17 +165,20 @@ static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i
         }
         break;
     }
-    default: { /* KQ6 */
+    default: { /* KQ6: q = nibble | 2 bits of qh at bits 4..5; the bits 2g, 2g + 1 of a qh byte are
+                * moved there by one 16-bit shift (4, 2, 0, -2 bits: no bit crosses into the
+                * neighbour byte's bits 4..5) and a mask */
         scales16_to_2x8(loadu128(bg + Q6K_SC + 16 * r), 1, sc);
+        const __m256i m30 = _mm256_set1_epi8(0x30);
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = loadu256(bg + Q6K_QL + 128 * r + 64 * h);      /* groups 0 (low), 2 (high) */
             const __m256i ql1 = loadu256(bg + Q6K_QL + 128 * r + 64 * h + 32); /* groups 1 (low), 3 (high) */
             const __m256i qh = loadu256(bg + Q6K_QH + 64 * r + 32 * h);
-            for (int g = 0; g < 4; g++) {
-                const __m256i ql = (g % 2) ? ql1 : ql0;
-                const __m256i nib = (g < 2) ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-                q[4 * h + g] = _mm256_or_si256(nib, _mm256_slli_epi16(shr_bytes(qh, 2 * g, 0x03), 4));
-            }
+            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
         }
         break;
     }
@@ -195,6 +212,7 @@ static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int
             }
             for (int r = 0; r < n_rows; r++) {
                 __m256i q[8], sc[8];
+                if (n_x == 1) gemv_prefetch(bg, bg_bytes, r);
                 unpack_row(kind, bg, r, q, sc);
                 const float d = f16(((const llmrt_fp16_t *)(bg + o_d))[r]);
                 __m256i sc16 = _mm256_setzero_si256(), mins16 = sc16; /* Q6_K scales / Q2_K mins, i16 */
