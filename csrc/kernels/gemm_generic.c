@@ -9,6 +9,7 @@
  */
 #include "llmrt/gemm.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__linux__)
@@ -34,36 +35,50 @@ static int q32_off_qs(int type) {
     }
 }
 
-static void pack_q32(int type, const void *src, size_t src_row_bytes, int64_t K, int rows, void *group) {
+/* the 8 qh bytes of one Q5 block of one row: bit k of byte j = 5th bit of element 8k + j, i.e. bit
+ * 8k + j of h. (h >> j) & 0x01010101 keeps those four bits at 0, 8, 16, 24; the multiply by
+ * 2^24 + 2^17 + 2^10 + 2^3 moves bit 8k to 24 + k (the 16 partial products land on distinct bits,
+ * so nothing carries), and bits 24..27 are the nibble. */
+static inline void q32_qh_nibbles(uint32_t h, uint8_t nib[8]) {
+    for (int j = 0; j < 8; j++) {
+        const uint64_t x = (uint64_t)((h >> j) & 0x01010101u);
+        nib[j] = (uint8_t)(((x * 0x01020408u) >> 24) & 0x0f);
+    }
+}
+
+static inline void pack_q32(int type, const void *src, size_t src_row_bytes, int64_t K, int rows, void *group) {
     const int64_t nb = K / 32;
     const size_t bs = llmrt_type_traits_get(type)->type_size;
     const int nsc = q32_nsc(type);
+    const int off_m = q32_off_m(type), off_qh = q32_off_qh(type), off_qs = q32_off_qs(type);
     uint8_t *sc = (uint8_t *)group;
     uint8_t *qh = sc + q32_qh_off(type, nb);
     uint8_t *qs = sc + q32_qs_off(type, nb);
     memset(group, 0, q32_group_bytes(type, nb));
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = (const uint8_t *)src + (size_t)r * src_row_bytes;
+        const int sh = 4 * (r % 2); /* rows 2p and 2p + 1 share bytes: low / high nibble */
         for (int64_t ib = 0; ib < nb; ib++) {
             const uint8_t *b = row + (size_t)ib * bs;
             memcpy(sc + ((size_t)ib * nsc * Q32_R + r) * 2, b, 2); /* d */
-            if (nsc == 2) memcpy(sc + ((size_t)ib * nsc * Q32_R + Q32_R + r) * 2, b + q32_off_m(type), 2);
-            if (q32_has_qh(type)) {
+            if (nsc == 2) memcpy(sc + ((size_t)ib * nsc * Q32_R + Q32_R + r) * 2, b + off_m, 2);
+            if (off_qh >= 0) {
                 uint32_t h;
-                memcpy(&h, b + q32_off_qh(type), 4);
+                uint8_t nib[8];
+                memcpy(&h, b + off_qh, 4);
+                q32_qh_nibbles(h, nib);
                 uint8_t *dh = qh + (size_t)ib * Q32_R * 4 + 8 * (r / 2);
-                for (int i = 0; i < 32; i++) {
-                    dh[i % 8] |= (uint8_t)(((h >> i) & 1u) << (4 * (r % 2) + i / 8));
-                }
+                for (int j = 0; j < 8; j++) dh[j] |= (uint8_t)(nib[j] << sh);
             }
-            const uint8_t *bq = b + q32_off_qs(type);
+            const uint8_t *bq = b + off_qs;
             if (type == LLMRT_TYPE_Q8_0) {
                 memcpy(qs + (size_t)ib * Q32_R * 32 + 32 * r, bq, 32);
             } else {
+                /* element i < 16 is the low nibble of bq[i], element 16 + i its high nibble */
                 uint8_t *dst = qs + (size_t)ib * Q32_R * 16 + 32 * (r / 2);
-                for (int i = 0; i < 32; i++) {
-                    const uint8_t q = i < 16 ? (bq[i] & 0x0f) : (bq[i - 16] >> 4);
-                    dst[i] |= (uint8_t)(r % 2 ? q << 4 : q);
+                for (int i = 0; i < 16; i++) {
+                    dst[i] |= (uint8_t)((bq[i] & 0x0f) << sh);
+                    dst[16 + i] |= (uint8_t)((bq[i] >> 4) << sh);
                 }
             }
         }
@@ -196,8 +211,52 @@ int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *d
     }
 }
 
-int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
-                      llmrt_packed *out) {
+/* One packing job shared by the pool's threads: they claim chunks of PACK_CHUNK_GROUPS groups with
+ * an atomic counter (a thread that was descheduled does not hold the others up). Every group is
+ * written by exactly one thread with the same pack function, so the bytes do not depend on the
+ * thread count. Each thread also takes the first-touch page faults of the groups it writes. */
+typedef struct {
+    llmrt_pack_fn pack;
+    const char *src;
+    size_t src_row_bytes;
+    int64_t K, M;
+    int R;
+    size_t gb;
+    int64_t n_groups, chunk;
+    char *data;
+    atomic_llong next; /* next unclaimed chunk */
+} pack_job;
+
+static void pack_groups(const pack_job *j, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t m0 = g * j->R;
+        const int rows = (int)(j->M - m0 < j->R ? j->M - m0 : j->R);
+        j->pack(j->src + (size_t)m0 * j->src_row_bytes, j->src_row_bytes, j->K, rows, j->data + (size_t)g * j->gb);
+    }
+}
+
+static void pack_task(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    pack_job *j = (pack_job *)arg;
+    const int64_t n_chunks = (j->n_groups + j->chunk - 1) / j->chunk;
+    for (;;) {
+        const int64_t c = (int64_t)atomic_fetch_add(&j->next, 1);
+        if (c >= n_chunks) break;
+        const int64_t g0 = c * j->chunk;
+        pack_groups(j, g0, g0 + j->chunk < j->n_groups ? g0 + j->chunk : j->n_groups);
+    }
+}
+
+/* bytes of packed output per claimed chunk: big enough that claiming costs nothing, small enough
+ * that the threads finish together */
+#define PACK_CHUNK_BYTES ((size_t)256 << 10)
+/* below this many packed bytes a weight is packed on the calling thread (waking the pool costs
+ * more than it saves) */
+#define PACK_MT_MIN_BYTES ((size_t)512 << 10)
+
+int llmrt_pack_weight_mt(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
+                         llmrt_packed *out, llmrt_threadpool *tp) {
     memset(out, 0, sizeof(*out));
     const llmrt_kernel_table *kt = llmrt_kernels();
     const llmrt_type_traits *tt = llmrt_type_traits_get(type);
@@ -217,11 +276,14 @@ int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (bytes >= huge) (void)madvise(data, alloc, MADV_HUGEPAGE); /* a hint; failure is harmless */
 #endif
-    for (int64_t g = 0; g < n_groups; g++) {
-        const int64_t m0 = g * R;
-        const int rows = (int)(M - m0 < R ? M - m0 : R);
-        kt->pack[type]((const char *)src + (size_t)m0 * src_row_bytes, src_row_bytes, K, rows,
-                       (char *)data + (size_t)g * gb);
+    pack_job j = {kt->pack[type], (const char *)src, src_row_bytes, K, M, R, gb, n_groups, 1, (char *)data, 0};
+    j.chunk = (int64_t)(PACK_CHUNK_BYTES / gb);
+    if (j.chunk < 1) j.chunk = 1;
+    atomic_init(&j.next, 0);
+    if (tp != NULL && llmrt_threadpool_n_threads(tp) > 1 && bytes >= PACK_MT_MIN_BYTES && n_groups > j.chunk) {
+        llmrt_threadpool_run(tp, pack_task, &j);
+    } else {
+        pack_groups(&j, 0, n_groups);
     }
     out->type = type;
     out->R = R;
@@ -231,6 +293,11 @@ int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K
     out->group_bytes = gb;
     out->data = data;
     return LLMRT_OK;
+}
+
+int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
+                      llmrt_packed *out) {
+    return llmrt_pack_weight_mt(type, src, src_row_bytes, K, M, out, NULL);
 }
 
 void llmrt_packed_free(llmrt_packed *p) {
