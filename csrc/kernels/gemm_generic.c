@@ -9,6 +9,7 @@
  */
 #include "llmrt/gemm.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,7 +212,7 @@ int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *d
     }
 }
 
-/* One packing job shared by the pool's threads: they claim chunks of PACK_CHUNK_GROUPS groups with
+/* One packing job shared by the pool's threads: they claim runs of groups (PACK_CLAIM_BYTES) with
  * an atomic counter (a thread that was descheduled does not hold the others up). Every group is
  * written by exactly one thread with the same pack function, so the bytes do not depend on the
  * thread count. Each thread also takes the first-touch page faults of the groups it writes. */
@@ -250,10 +251,98 @@ static void pack_task(void *arg, int ith, int nth) {
 
 /* bytes of packed output per claimed chunk: big enough that claiming costs nothing, small enough
  * that the threads finish together */
-#define PACK_CHUNK_BYTES ((size_t)256 << 10)
+#define PACK_CLAIM_BYTES ((size_t)256 << 10)
 /* below this many packed bytes a weight is packed on the calling thread (waking the pool costs
  * more than it saves) */
 #define PACK_MT_MIN_BYTES ((size_t)512 << 10)
+
+/* ---- memory of packed weights ------------------------------------------------------------- */
+
+/* Packed weights live on 2 MB-aligned memory marked for transparent huge pages: a decode streams
+ * them once per token, and with 4 KB pages the hardware prefetchers stop at every page boundary
+ * and the TLB misses on every page (numpy does the same for its big arrays). Huge pages also make
+ * loading cheaper: the first touch of fresh memory (the kernel zeroing it) costs one fault per
+ * 2 MB instead of one per 4 KB. A weight of 2 MB or more gets its own allocation; smaller ones
+ * (most of a small model's: a 576 x 1536 Q4_1 matrix is 0.5 MB) are cut from shared chunks of
+ * PACK_CHUNK_BYTES, one after the other (64-byte aligned), so they get huge pages too. A chunk is
+ * freed when its last weight is. Pages of a chunk that no weight reaches are never touched. */
+#define PACK_HUGE ((size_t)2 << 20)
+#define PACK_CHUNK_BYTES ((size_t)64 << 20)
+#define PACK_MAX_CHUNKS 4096
+
+typedef struct {
+    char *base;  /* PACK_CHUNK_BYTES, PACK_HUGE-aligned */
+    size_t used; /* bytes handed out from base */
+    int refs;    /* weights living in it */
+} pack_chunk;
+
+static pthread_mutex_t pack_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static pack_chunk pack_chunks[PACK_MAX_CHUNKS]; /* base == NULL: a free slot */
+static int pack_cur = -1;                        /* the chunk new small weights come from */
+
+static void *huge_alloc(size_t bytes) {
+    void *p = NULL;
+    const size_t alloc = (bytes + PACK_HUGE - 1) & ~(PACK_HUGE - 1);
+    if (posix_memalign(&p, PACK_HUGE, alloc) != 0) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    (void)madvise(p, alloc, MADV_HUGEPAGE); /* a hint; failure is harmless */
+#endif
+    return p;
+}
+
+/* bytes (a multiple of 64) of 64-byte aligned memory for one packed weight; NULL if none */
+static void *packed_alloc(size_t bytes) {
+    if (bytes >= PACK_HUGE) return huge_alloc(bytes);
+    void *p = NULL;
+    pthread_mutex_lock(&pack_mem_lock);
+    if (pack_cur < 0 || PACK_CHUNK_BYTES - pack_chunks[pack_cur].used < bytes) {
+        pack_cur = -1;
+        for (int i = 0; i < PACK_MAX_CHUNKS; i++) {
+            if (pack_chunks[i].base == NULL) {
+                char *base = (char *)huge_alloc(PACK_CHUNK_BYTES);
+                if (base != NULL) {
+                    pack_chunks[i].base = base;
+                    pack_chunks[i].used = 0;
+                    pack_chunks[i].refs = 0;
+                    pack_cur = i;
+                }
+                break;
+            }
+        }
+    }
+    if (pack_cur >= 0) {
+        pack_chunk *c = &pack_chunks[pack_cur];
+        p = c->base + c->used;
+        c->used += bytes;
+        c->refs++;
+    }
+    pthread_mutex_unlock(&pack_mem_lock);
+    if (p == NULL) { /* no chunk could be had: memory of its own */
+        if (posix_memalign(&p, 64, bytes) != 0) p = NULL;
+    }
+    return p;
+}
+
+static void packed_release(void *data) {
+    if (data == NULL) return;
+    pthread_mutex_lock(&pack_mem_lock);
+    for (int i = 0; i < PACK_MAX_CHUNKS; i++) {
+        pack_chunk *c = &pack_chunks[i];
+        if (c->base != NULL && (char *)data >= c->base && (char *)data < c->base + PACK_CHUNK_BYTES) {
+            if (--c->refs == 0) {
+                free(c->base);
+                c->base = NULL;
+                if (pack_cur == i) pack_cur = -1;
+            }
+            pthread_mutex_unlock(&pack_mem_lock);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&pack_mem_lock);
+    free(data); /* its own allocation */
+}
+
+/* ---- packing a whole weight ------------------------------------------------------------------ */
 
 int llmrt_pack_weight_mt(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
                          llmrt_packed *out, llmrt_threadpool *tp) {
@@ -266,18 +355,11 @@ int llmrt_pack_weight_mt(int type, const void *src, size_t src_row_bytes, int64_
     const size_t gb = kt->pack_group_bytes[type](K);
     const int64_t n_groups = (M + R - 1) / R;
     const size_t bytes = gb * (size_t)n_groups;
-    /* Big weights go on 2 MB-aligned memory marked for transparent huge pages: a decode streams
-     * them once per token, and with 4 KB pages the hardware prefetchers stop at every page
-     * boundary and the TLB misses on every page (numpy does the same for its big arrays). */
-    const size_t huge = (size_t)2 << 20;
-    void *data = NULL;
-    const size_t alloc = bytes >= huge ? (bytes + huge - 1) & ~(huge - 1) : bytes;
-    if (gb == 0 || gb % 64 != 0 || posix_memalign(&data, bytes >= huge ? huge : 64, alloc) != 0) return LLMRT_ENOMEM;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (bytes >= huge) (void)madvise(data, alloc, MADV_HUGEPAGE); /* a hint; failure is harmless */
-#endif
+    if (gb == 0 || gb % 64 != 0) return LLMRT_ENOMEM;
+    void *data = packed_alloc(bytes);
+    if (data == NULL) return LLMRT_ENOMEM;
     pack_job j = {kt->pack[type], (const char *)src, src_row_bytes, K, M, R, gb, n_groups, 1, (char *)data, 0};
-    j.chunk = (int64_t)(PACK_CHUNK_BYTES / gb);
+    j.chunk = (int64_t)(PACK_CLAIM_BYTES / gb);
     if (j.chunk < 1) j.chunk = 1;
     atomic_init(&j.next, 0);
     if (tp != NULL && llmrt_threadpool_n_threads(tp) > 1 && bytes >= PACK_MT_MIN_BYTES && n_groups > j.chunk) {
@@ -302,7 +384,7 @@ int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K
 
 void llmrt_packed_free(llmrt_packed *p) {
     if (p == NULL) return;
-    free(p->data);
+    packed_release(p->data);
     memset(p, 0, sizeof(*p));
 }
 
