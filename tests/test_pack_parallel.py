@@ -24,8 +24,9 @@ import llmrt._core as core
 
 TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
          T.F16, T.F32, T.BF16)
-# a weight is packed on the pool only from 512 KB of packed bytes on (PACK_MT_MIN_BYTES), in runs
-# of 256 KB (PACK_CLAIM_BYTES): 2 MB or more gives every thread several runs
+# a weight is packed on the pool only from 128 KB of packed bytes on (PACK_MT_MIN_BYTES), in runs
+# of 64 KB (PACK_CLAIM_BYTES): 2 MB gives every thread several runs, and 2 MB is also the size
+# from which a weight gets memory of its own instead of a shared chunk (both kinds are tested)
 MT_BYTES = 2 << 20
 
 
@@ -49,15 +50,16 @@ def shape_for(t, nbytes):
     return K, M
 
 
+@pytest.mark.parametrize("nbytes", (MT_BYTES // 8, MT_BYTES), ids=("chunk", "own"))
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
-def test_parallel_pack_same_bytes(t, rng):
+def test_parallel_pack_same_bytes(t, nbytes, rng):
     if core.pack_rows(int(t)) == 0:
         pytest.skip(f"{t.name} has no packed layout")
-    K, M = shape_for(t, MT_BYTES)
+    K, M = shape_for(t, nbytes)
     w = random_weight(t, K, M, rng)
     serial = core.pack_weight(w, int(t), K, M)
     ref = all_groups(serial)
-    assert serial.nbytes >= MT_BYTES / 2, "the weight must be big enough to be split"
+    assert serial.nbytes >= nbytes / 2, "the weight must be big enough to be split"
     for nt in (2, 3):
         pw = core.pack_weight(w, int(t), K, M, n_threads=nt)
         assert (pw.R, pw.n_groups, pw.group_bytes) == (serial.R, serial.n_groups, serial.group_bytes)

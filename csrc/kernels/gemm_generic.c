@@ -222,12 +222,14 @@ int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *d
  * too. A chunk is freed when its last weight is; pages of a chunk that no weight reaches are
  * never touched.
  *
- * Load time: the memory is written first with 4 KB pages (MADV_NOHUGEPAGE, prefaulted run by run
- * with MADV_POPULATE_WRITE: one call per run instead of one fault per page) and marked
- * MADV_HUGEPAGE once packed, for khugepaged to collapse in the background. Faulting huge pages in
- * directly was measured slower and erratic on virtual machines whose free huge blocks are handed
- * back to the host (free page reporting): 0.07-0.9 s of kernel time for Gemma 3 270M's 240 MB of
- * packed weights, against 0.18-0.25 s with 4 KB pages. */
+ * Load time: pages are prefaulted run by run with MADV_POPULATE_WRITE (one call per run instead
+ * of one fault per page). Chunks are written on 4 KB pages (MADV_NOHUGEPAGE) and marked
+ * MADV_HUGEPAGE once packed, for khugepaged to collapse in the background: faulting huge pages
+ * in directly was measured slower and erratic on virtual machines whose free huge blocks are
+ * handed back to the host (free page reporting): 0.07-0.9 s of kernel time for Gemma 3 270M's
+ * 240 MB of packed weights, against 0.18-0.25 s with 4 KB pages. Weights of their own (2 MB and
+ * more: the big output matrices, which dominate a small model's decode) still get huge pages
+ * from the first touch, so decode reads them through huge pages at once. */
 #define PACK_HUGE ((size_t)2 << 20)
 #define PACK_PAGE ((size_t)4096)
 #define PACK_CHUNK_BYTES ((size_t)64 << 20)
@@ -251,29 +253,34 @@ static void madvise_hint(void *p, size_t n, int advice) {
 #endif
 }
 
-static void *huge_alloc(size_t bytes) {
+/* huge: huge pages from the first touch, else 4 KB pages until packed (see above) */
+static void *huge_alloc(size_t bytes, int huge) {
     void *p = NULL;
     const size_t alloc = (bytes + PACK_HUGE - 1) & ~(PACK_HUGE - 1);
     if (posix_memalign(&p, PACK_HUGE, alloc) != 0) return NULL;
-#if defined(__linux__) && defined(MADV_NOHUGEPAGE)
-    madvise_hint(p, alloc, MADV_NOHUGEPAGE); /* until packed (see above) */
+#if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+    madvise_hint(p, alloc, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#else
+    (void)huge;
 #endif
     return p;
 }
 
 /* bytes (a multiple of 64) of 64-byte aligned memory for one packed weight; NULL if none.
- * *paged = 1 when the memory lies in page-aligned memory of ours (own allocation or chunk), where
- * whole pages around it may be prefaulted and advised. */
+ * *paged: 0 plain malloc memory, 1 a chunk's (4 KB pages until packed), 2 an allocation of its
+ * own (huge pages from the start); in 1 and 2 whole pages around the weight are ours to prefault
+ * and advise. */
 static void *packed_alloc(size_t bytes, int *paged) {
+    *paged = 2;
+    if (bytes >= PACK_HUGE) return huge_alloc(bytes, 1);
     *paged = 1;
-    if (bytes >= PACK_HUGE) return huge_alloc(bytes);
     void *p = NULL;
     pthread_mutex_lock(&pack_mem_lock);
     if (pack_cur < 0 || PACK_CHUNK_BYTES - pack_chunks[pack_cur].used < bytes) {
         pack_cur = -1;
         for (int i = 0; i < PACK_MAX_CHUNKS; i++) {
             if (pack_chunks[i].base == NULL) {
-                char *base = (char *)huge_alloc(PACK_CHUNK_BYTES);
+                char *base = (char *)huge_alloc(PACK_CHUNK_BYTES, 0);
                 if (base != NULL) {
                     pack_chunks[i].base = base;
                     pack_chunks[i].used = 0;
@@ -340,7 +347,7 @@ typedef struct {
     size_t gb;
     int64_t n_groups, chunk;
     char *data;
-    int paged;         /* data lies in page-aligned memory of ours: prefault whole pages */
+    int paged;         /* packed_alloc's: nonzero = page-aligned memory of ours, prefault whole pages */
     atomic_llong next; /* next unclaimed run */
 } pack_job;
 
@@ -374,11 +381,11 @@ static void pack_task(void *arg, int ith, int nth) {
 }
 
 /* bytes of packed output per claimed run: big enough that claiming costs nothing, small enough
- * that the threads finish together */
-#define PACK_CLAIM_BYTES ((size_t)256 << 10)
-/* below this many packed bytes a weight is packed on the calling thread (waking the pool costs
- * more than it saves) */
-#define PACK_MT_MIN_BYTES ((size_t)512 << 10)
+ * that the threads finish together (a small model's weights are 0.1-0.5 MB: several runs each) */
+#define PACK_CLAIM_BYTES ((size_t)64 << 10)
+/* below this many packed bytes a weight is packed on the calling thread (waking the pool, some
+ * 10 us, costs more than it saves) */
+#define PACK_MT_MIN_BYTES ((size_t)128 << 10)
 
 int llmrt_pack_weight_mt(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
                          llmrt_packed *out, llmrt_threadpool *tp) {
@@ -405,7 +412,7 @@ int llmrt_pack_weight_mt(int type, const void *src, size_t src_row_bytes, int64_
         pack_groups(&j, 0, n_groups);
     }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (paged) { /* packed: now huge pages, collapsed by khugepaged (neighbours' pages too: harmless) */
+    if (paged == 1) { /* packed: now huge pages, collapsed by khugepaged (neighbours' pages too: harmless) */
         char *ps;
         size_t pn;
         page_span((const char *)data, bytes, &ps, &pn);
