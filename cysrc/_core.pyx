@@ -13,6 +13,7 @@ GIL around every call that can take time. Each concern has its own include file:
     gemm.pxi    packed weights (load-time repacking) and the gemm kernels over them
     graph.pxi   compute graph, thread pool, KV cache
     amx.pxi     AMX tile layer (software model / real instructions) and AMX GEMMs, test hooks
+    gguf.pxi    the GGUF reader's hot loop (arrays of strings)
 """
 import numpy as np
 cimport numpy as cnp
@@ -25,3 +26,4 @@ include "dot.pxi"
 include "gemm.pxi"
 include "amx.pxi"
 include "graph.pxi"
+include "gguf.pxi"

@@ -1,4 +1,4 @@
-# Restates csrc/include/llmrt/{threadpool,kv_cache,graph}.h for Cython.
+# Restates csrc/include/llmrt/{threadpool,kv_cache,graph}.h (and gemm.h's llmrt_pack_weight_mt) for Cython.
 from libc.stdint cimport int32_t, int64_t
 from c_llmrt cimport llmrt_packed
 
@@ -9,6 +9,11 @@ cdef extern from "llmrt/threadpool.h" nogil:
     llmrt_threadpool *llmrt_threadpool_new(int n_threads)
     void llmrt_threadpool_free(llmrt_threadpool *tp)
     int llmrt_threadpool_n_threads(const llmrt_threadpool *tp)
+
+cdef extern from "llmrt/gemm.h" nogil:
+    # gemm.h's pool variant of llmrt_pack_weight (the rest of gemm.h is in c_llmrt.pxd)
+    int llmrt_pack_weight_mt(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
+                             llmrt_packed *out, llmrt_threadpool *tp)
 
 cdef extern from "llmrt/kv_cache.h" nogil:
     ctypedef struct llmrt_rope_params:

@@ -1,6 +1,7 @@
 # Packed weights (csrc/include/llmrt/gemm.h): a weight repacked once at load into the kernel
 # table's layout for its type, and the gemm kernels over it (tests call them group by group).
 from c_llmrt cimport *
+from c_graph cimport llmrt_threadpool, llmrt_pack_weight_mt
 
 
 def pack_rows(int wtype):
@@ -14,12 +15,14 @@ cdef class PackedWeight:
     """A weight [K, M] of a GGUF type, packed (lossless) for the gemm kernels. Owns its memory."""
     cdef llmrt_packed p
 
-    cdef int _pack(self, const void *src, int wtype, int64_t K, int64_t M) except -1:
-        """Packs M plain rows of K elements at src (validated by the caller)."""
+    cdef int _pack(self, const void *src, int wtype, int64_t K, int64_t M,
+                   llmrt_threadpool *tp=NULL) except -1:
+        """Packs M plain rows of K elements at src (validated by the caller), on the threads of
+        pool tp when given (same bytes)."""
         cdef int rc
         cdef size_t rs = llmrt_row_size(wtype, K)
         with nogil:
-            rc = llmrt_pack_weight(wtype, src, rs, K, M, &self.p)
+            rc = llmrt_pack_weight_mt(wtype, src, rs, K, M, &self.p, tp)
         if rc == LLMRT_ENOMEM:
             raise MemoryError("[pack] out of memory")
         if rc != LLMRT_OK:
@@ -123,9 +126,10 @@ cdef class PackedWeight:
         return out
 
 
-def pack_weight(arr, int wtype, K, M):
+def pack_weight(arr, int wtype, K, M, int n_threads=1):
     """PackedWeight of M rows of K elements of type wtype (arr: their plain GGUF bytes, uint8,
-    M * row_size(wtype, K) bytes)."""
+    M * row_size(wtype, K) bytes); n_threads > 1 packs on the shared pool of that many threads
+    (graph.pxi's thread_pool; same bytes)."""
     cdef const llmrt_type_traits *tt = llmrt_type_traits_get(wtype)
     if tt == NULL:
         raise ValueError(f"[pack] unknown type id {wtype}")
@@ -138,6 +142,13 @@ def pack_weight(arr, int wtype, K, M):
     cdef size_t rs = llmrt_row_size(wtype, K)
     if <size_t>a.shape[0] != rs * <size_t>M:
         raise ValueError(f"[pack] arr has {a.shape[0]} bytes, {M} rows of {rs} expected")
+    if n_threads < 1:
+        raise ValueError(f"[pack] n_threads must be >= 1, got {n_threads}")
+    cdef llmrt_threadpool *tp = NULL
+    cdef ThreadPool pool
+    if n_threads > 1:
+        pool = thread_pool(n_threads)
+        tp = pool.tp
     pw = PackedWeight()
-    pw._pack(&a[0], wtype, K, M)
+    pw._pack(&a[0], wtype, K, M, tp)
     return pw

@@ -560,7 +560,7 @@ cdef class Graph:
         pw = self._packs.get(key)
         if pw is None:
             pw = PackedWeight()
-            (<PackedWeight>pw)._pack(tw.data, tw.type, tw.ne[0], tw.ne[1])
+            (<PackedWeight>pw)._pack(tw.data, tw.type, tw.ne[0], tw.ne[1], self.pool.tp)
             self._packs[key] = pw
         rc = llmrt_graph_weight_packed(self.g, wid, (<PackedWeight>pw).ptr())
         if rc != LLMRT_OK:

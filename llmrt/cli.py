@@ -505,7 +505,8 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, profile, threa
     import time
 
     from llmrt import bench as bench_mod
-    from llmrt.progress import Progress
+    from llmrt import hub, model as _model  # noqa: F401  (the library is imported before the clock
+    from llmrt.progress import Progress     # starts, as llamacpp_bench.py imports llama_cpp first)
 
     t0 = time.perf_counter()
     m = _load_model(model, threads, max(n_prompt, n_gen, 1), wq)

@@ -276,12 +276,17 @@ class Model:
                  group_size: Optional[int] = None, scheme: Optional[str] = None,
                  compute_dtype: Optional[str] = None, rounding: Optional[str] = None,
                  quantize_output: Optional[bool] = None):
-        from llmrt import wquant
-        from llmrt import hub
-
-        self.wq = wquant.make_config(weight_dtype, group_size, scheme, compute_dtype, rounding,
-                                     quantize_output)
-        path = hub.resolve_model(path)
+        # wquant and hub are imported only when needed (a plain load of a local file is the
+        # common case, and every import is load time)
+        self.wq = None
+        if any(v is not None for v in (weight_dtype, group_size, scheme, compute_dtype, rounding,
+                                       quantize_output)):
+            from llmrt import wquant
+            self.wq = wquant.make_config(weight_dtype, group_size, scheme, compute_dtype, rounding,
+                                         quantize_output)
+        if not os.path.isfile(path):
+            from llmrt import hub
+            path = hub.resolve_model(path)
         self.path = str(path)
         self.gguf = GGUFFile(self.path)
         self.metadata = self.gguf.metadata
@@ -311,6 +316,7 @@ class Model:
         # {name: (blocks, type_id, shape)} of the matmul weights quantized at load (else empty)
         self._replaced, self.wq_summary = {}, ""
         if self.wq is not None:
+            from llmrt import wquant
             self._replaced, self.wq_summary = wquant.quantize_weights(self.gguf, self.wq, self.n_threads)
         self._all_logits_batch = max(1, min(N_BATCH, ALL_LOGITS_BATCH_BYTES // (4 * self.n_vocab)))
         log.info("llmrt: %s: arch %s, %d layers, n_embd %d, vocab %d; ISA %s, %d threads, kv cache %s",

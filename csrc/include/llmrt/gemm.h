@@ -6,7 +6,7 @@
  *   const llmrt_kernel_table *kt = llmrt_kernels();
  *   if (kt->pack_rows[type] > 0) {                       // the type has a packed path
  *       llmrt_packed pw;
- *       llmrt_pack_weight(type, w, row_bytes, K, M, &pw);  // once, at load
+ *       llmrt_pack_weight(type, w, row_bytes, K, M, &pw);  // once, at load (_mt: on a pool)
  *       llmrt_graph_weight_packed(g, w_id, &pw);          // MUL_MAT then runs kt->gemm on it
  *       ...
  *       llmrt_packed_free(&pw);                           // after the graph is gone
@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "llmrt/llmrt.h"
+#include "llmrt/threadpool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +69,12 @@ typedef struct llmrt_packed {
  * multiple of the block size, LLMRT_ENOMEM. On failure *out is zeroed. */
 int llmrt_pack_weight(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
                       llmrt_packed *out);
+/* The same, with the groups shared out among the threads of pool tp (NULL, a 1-thread pool or a
+ * small weight: the calling thread alone). The bytes are those of llmrt_pack_weight whatever the
+ * thread count (each group is packed whole by one thread). Not to be called from inside a run of
+ * tp (it runs tp itself). */
+int llmrt_pack_weight_mt(int type, const void *src, size_t src_row_bytes, int64_t K, int64_t M,
+                         llmrt_packed *out, llmrt_threadpool *tp);
 void llmrt_packed_free(llmrt_packed *p); /* frees data and zeroes *p; NULL or zeroed is fine */
 /* The inverse of pack (tests): writes the first `rows` rows of a group back as plain GGUF rows
  * (dst_row_bytes apart). LLMRT_EUNSUPPORTED for types without an unpacker. */
