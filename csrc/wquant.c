@@ -93,20 +93,22 @@ static inline int q4_of(int layout, float x, const wq_params *p) {
 /* ---- int4 rounding search ------------------------------------------------------------------------
  * Min/max (the reference) spends levels on the extremes of a group; a slightly different scale
  * that clips the largest value or moves the grid often lowers the group's squared error. For
- * each candidate inverse scale around the min/max one (WQ_NSTEP of them, the range widened and
- * narrowed as ggml's make_qkx2_quants does for Q4_K), the quants L are rounded, the least-squares
- * (d, m) for those L fitted in closed form and rounded to f16, and the error for that L computed
- * from the sums. The best candidate is then refined: re-round L to the stored (d, m), refit,
- * while the real error drops (at most WQ_NITER times). Last, the result's real error is compared
- * with the min/max reference's and the better kept, so the search never does worse than min/max
- * (tests/test_wquant.py checks it). Same block layouts, so the kernels do not change. */
+ * each candidate inverse scale around the min/max one (WQ_NSTEP + 1 of them, the range widened and
+ * narrowed as ggml's make_qkx2_quants does for Q4_K), the quants L are rounded and ranked by the
+ * error of their unrounded least-squares (d, m) (closed form from the sums, no division); the
+ * best two are refitted with (d, m) rounded to f16. The best is then refined: re-round L to the
+ * stored (d, m), refit, while the error drops (at most WQ_NITER times). Last, the result's real
+ * error is compared with the min/max reference's and the better kept, so the search never does
+ * worse than min/max (tests/test_wquant.py checks it). Same block layouts, so the kernels do not
+ * change. */
 /* Candidate inverse scales (nmax + WQ_T0 + WQ_TSTEP * is) / range, is = 0..WQ_NSTEP: nmax - 1 to
- * nmax + 3 levels over the min/max range. Measured on Gemma 3 270M / SmolLM2 weights (squared
- * error vs min/max): going past nmax + 2 (clipping more) helps per-channel groups (Q4_0 0.70 ->
- * 0.69); steps of 1/8 or 1/16 instead of 1/5 change the error by < 0.2 %. */
-#define WQ_NSTEP 20
+ * nmax + 3 levels over the min/max range. Measured on SmolLM2 135M + Gemma 3 270M F16 weights
+ * (/tmp bench of 42 tensors, MSE vs 21 candidates in steps of 1/5): 9 candidates in steps of 1/2
+ * +0.2..0.8 % (asym), +0.15..0.2 % (sym); 5 in steps of 1 +2.4..3.3 % (asym). Going past nmax + 2
+ * (clipping more) helps per-channel groups (Q4_0 0.70 -> 0.69). */
+#define WQ_NSTEP 8
 #define WQ_T0 (-1.0f)
-#define WQ_TSTEP 0.2f
+#define WQ_TSTEP 0.5f
 #define WQ_NITER 4
 
 typedef struct { double sl, sll, slx; } lsums;  /* sum L, sum L^2, sum L x over a group */
@@ -114,6 +116,18 @@ typedef struct { double sl, sll, slx; } lsums;  /* sum L, sum L^2, sum L x over 
 /* The hot loops below keep WQ_LANES independent partial sums (j = i % WQ_LANES), so the compiler
  * vectorizes them without reassociating anything; n is a multiple of 32. */
 #define WQ_LANES 8
+
+/* The search's loops are compiled twice, for AVX2 and for the x86-64 baseline (SSE2), the
+ * version picked at load (GCC ifunc). "avx2" without "fma": no contraction, so both versions
+ * compute the same floats and pick the same quants on every CPU. */
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones) && !defined(LLMRT_NO_TARGET_CLONES)
+#define WQ_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef WQ_CLONES
+#define WQ_CLONES
+#endif
 
 /* int4 quant of v = (x - c) a + b once v is known to lie well inside int range: the same integer
  * as to_int_clamped(v, 0, 15) (trunc, then clamp; for -1 < v < 0 both give 0), in integer
@@ -124,46 +138,72 @@ static inline int q4_int(float v) {
     return q > 15 ? 15 : q;
 }
 
-/* One pass over a group with params p: the real squared error of the values the blocks hold
- * (q d + m, as dequantized), and the sums of the quants for a refit (Q4_0: L = q - 8). The error
- * is summed in double: it decides between the search and min/max. lo, hi: the group's extremes
- * (all values finite). */
-static double pass_q4(int layout, const float *x, int64_t n, float lo, float hi, const wq_params *p,
-                      lsums *s) {
-    const float d = f16_round(p->d), m = f16_round(p->m);
-    /* q4_of(x) = to_int_clamped((x - c) a + b, 0, 15) */
-    const float c = layout == LLMRT_TYPE_Q4_0 ? 0.0f : p->ma, a = p->ida;
-    const float b = layout == LLMRT_TYPE_Q4_0 ? 8.5f : 0.5f, off = layout == LLMRT_TYPE_Q4_0 ? 8.0f : 0.0f;
+/* The quant assignment of a params set: L = q4((x - c) a + b) - off. */
+typedef struct { float c, a, b, off; int fast; } wq_assign;
+
+static wq_assign assign_of(int layout, const wq_params *p, float lo, float hi) {
+    wq_assign q;
+    q.c = layout == LLMRT_TYPE_Q4_0 ? 0.0f : p->ma;
+    q.a = p->ida;
+    q.b = layout == LLMRT_TYPE_Q4_0 ? 8.5f : 0.5f;
+    q.off = layout == LLMRT_TYPE_Q4_0 ? 8.0f : 0.0f;
     /* (x - c) a + b is monotonic in x: bounded by its values at lo and hi */
-    const int fast = fabsf((lo - c) * a) < 1e9f && fabsf((hi - c) * a) < 1e9f;
-    double err[WQ_LANES] = {0}, slx[WQ_LANES] = {0};
-    float sl[WQ_LANES] = {0}, sll[WQ_LANES] = {0};  /* integers < 2^24: exact */
+    q.fast = fabsf((lo - q.c) * q.a) < 1e9f && fabsf((hi - q.c) * q.a) < 1e9f;
+    return q;
+}
+
+/* One pass over a group with assignment q and stored (d, m): the real squared error of the values
+ * the blocks hold (L d + m, as dequantized), and the sums of the quants for a refit. f32 lane
+ * sums (sl, sll are integers < 2^24: exact; the error and sum L x to ~1e-5 relative): they rank;
+ * pass_q4_exact decides. */
+WQ_CLONES
+static float pass_q4(const float *x, int64_t n, const wq_assign *q, float d, float m, lsums *s) {
+    const float c = q->c, a = q->a, b = q->b, off = q->off;
+    float err[WQ_LANES] = {0}, sl[WQ_LANES] = {0}, sll[WQ_LANES] = {0}, slx[WQ_LANES] = {0};
 #define PASS_LOOP(QOF)                                                                            \
     for (int64_t i = 0; i < n; i += WQ_LANES) {                                                   \
         for (int j = 0; j < WQ_LANES; j++) {                                                      \
             const float v = (x[i + j] - c) * a + b;                                               \
             const float l = (float)(QOF) - off;                                                   \
-            const double e = (double)(l * d + m) - (double)x[i + j];                              \
+            const float e = (l * d + m) - x[i + j];                                               \
             err[j] += e * e;                                                                      \
             sl[j] += l;                                                                           \
             sll[j] += l * l;                                                                      \
-            slx[j] += (double)(l * x[i + j]);                                                     \
+            slx[j] += l * x[i + j];                                                               \
         }                                                                                         \
     }
-    if (fast) {
+    if (q->fast) {
         PASS_LOOP(q4_int(v))
     } else {
         PASS_LOOP(to_int_clamped(v, 0.0f, 15.0f))
     }
 #undef PASS_LOOP
-    double e = 0.0;
+    float e = 0.0f;
     s->sl = s->sll = s->slx = 0.0;
     for (int j = 0; j < WQ_LANES; j++) e += err[j], s->sl += sl[j], s->sll += sll[j], s->slx += slx[j];
     return e;
 }
 
+/* The same error summed in double (decides between the search and min/max, so that the result is
+ * never worse than min/max in any summation order to ~1e-15). */
+static double pass_q4_exact(const float *x, int64_t n, const wq_assign *q, float d, float m) {
+    double err[WQ_LANES] = {0};
+    for (int64_t i = 0; i < n; i += WQ_LANES) {
+        for (int j = 0; j < WQ_LANES; j++) {
+            const float v = (x[i + j] - q->c) * q->a + q->b;
+            const float l = (float)(q->fast ? q4_int(v) : to_int_clamped(v, 0.0f, 15.0f)) - q->off;
+            const double e = (double)(l * d + m) - (double)x[i + j];
+            err[j] += e * e;
+        }
+    }
+    double e = 0.0;
+    for (int j = 0; j < WQ_LANES; j++) e += err[j];
+    return e;
+}
+
 /* Sums of the quants L = q4_int((x - c) a + b) - off of a candidate scale (f32 partial sums:
  * they only rank the candidates). The candidates keep |(x - c) a| <= 19 for x in the group. */
+WQ_CLONES
 static void cand_sums(const float *x, int64_t n, float c, float a, float b, float off, lsums *s) {
     float sl[WQ_LANES] = {0}, sll[WQ_LANES] = {0}, slx[WQ_LANES] = {0};
     for (int64_t i = 0; i < n; i += WQ_LANES) {
@@ -200,26 +240,55 @@ static int refit(int layout, const lsums *s, int64_t n, double sx, double sxx, w
     return 1;
 }
 
+/* Group statistics: sum x, sum x^2 (f32 lanes), extremes. */
+WQ_CLONES
+static void group_stats(const float *x, int64_t n, double *sx, double *sxx, float *lo, float *hi) {
+    float s1[WQ_LANES] = {0}, s2[WQ_LANES] = {0}, mn[WQ_LANES], mx[WQ_LANES];
+    for (int j = 0; j < WQ_LANES; j++) mn[j] = mx[j] = x[j];
+    for (int64_t i = 0; i < n; i += WQ_LANES) {
+        for (int j = 0; j < WQ_LANES; j++) {
+            const float v = x[i + j];
+            s1[j] += v;
+            s2[j] += v * v;
+            mn[j] = v < mn[j] ? v : mn[j];
+            mx[j] = v > mx[j] ? v : mx[j];
+        }
+    }
+    *sx = *sxx = 0.0;
+    float l = mn[0], h = mx[0];
+    for (int j = 0; j < WQ_LANES; j++) {
+        *sx += s1[j], *sxx += s2[j];
+        l = mn[j] < l ? mn[j] : l;
+        h = mx[j] > h ? mx[j] : h;
+    }
+    *lo = l, *hi = h;
+}
+
 /* Replace p (the min/max params of x[n]) by the searched ones when their error is lower. */
 static void search_q4(int layout, const float *x, int64_t n, wq_params *p) {
-    double sx = 0.0, sxx = 0.0;
-    float lo = FLT_MAX, hi = -FLT_MAX, vmax = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        sx += x[i];
-        sxx += (double)x[i] * x[i];
-        lo = fminf(lo, x[i]);
-        hi = fmaxf(hi, x[i]);
-        if (fabsf(vmax) < fabsf(x[i])) vmax = x[i];
-    }
-    if (!isfinite(sxx) || !(hi > lo)) return;      /* inf / NaN, or constant: keep min/max */
+    double sx, sxx;
+    float lo, hi;
+    group_stats(x, n, &sx, &sxx, &lo, &hi);
+    if (!isfinite(sxx) || !isfinite(sx) || !(hi > lo) || !isfinite(hi - lo)) return;  /* inf / NaN, or constant: keep min/max */
+    /* the value of largest |x| (first such, as group_params found it): d = vmax / -8 exactly */
+    const float vmax = layout == LLMRT_TYPE_Q4_0 ? p->d * -8.0f : 0.0f;
     lsums s;
-    const double ref_err = pass_q4(layout, x, n, lo, hi, p, &s);
-    if (!(ref_err > 0.0)) return;                   /* exact already */
+    const wq_assign ra = assign_of(layout, p, lo, hi);
+    const float ref_err = pass_q4(x, n, &ra, f16_round(p->d), f16_round(p->m), &s);
+    if (!(ref_err > 0.0f)) {
+        if (pass_q4_exact(x, n, &ra, f16_round(p->d), f16_round(p->m)) == 0.0) return; /* exact already */
+    }
     wq_params best = *p, c;
-    double best_err = INFINITY, e;
+    double e;
     /* Q4_1: L = round((x - lo) * is) in 0..15; Q4_0: L = round(x * is) in -8..7, with vmax on
-     * the 8-level side (-8) or on the 7-level side */
+     * the 8-level side (-8) or on the 7-level side. Each candidate's L is ranked by how much its
+     * unrounded least-squares fit lowers the error, num^2 / den (Q4_1: sxx - sx^2/n - that / n;
+     * Q4_0: sxx - that), compared by cross-multiplying (no division); only the best two get the
+     * f16-rounded refit. */
     const int nfam = layout == LLMRT_TYPE_Q4_0 ? 2 : 1;
+    double rn[2] = {0.0, 0.0}, rd[2] = {1.0, 1.0};   /* best two scores num^2 / den, best first */
+    lsums rs[2];
+    int nbest = 0;
     for (int fam = 0; fam < nfam; fam++) {
         for (int is = 0; is <= WQ_NSTEP; is++) {
             const float t = WQ_T0 + WQ_TSTEP * (float)is;
@@ -231,22 +300,51 @@ static void search_q4(int layout, const float *x, int64_t n, wq_params *p) {
             }
             if (!(iscale > 0.0f || iscale < 0.0f) || !isfinite(iscale)) continue;
             lsums cs;
-            if (layout == LLMRT_TYPE_Q4_0) cand_sums(x, n, 0.0f, iscale, 8.5f, 8.0f, &cs);
-            else cand_sums(x, n, lo, iscale, 0.5f, 0.0f, &cs);
-            if (refit(layout, &cs, n, sx, sxx, &c, &e) && e < best_err) best = c, best_err = e;
+            double num, den;
+            if (layout == LLMRT_TYPE_Q4_0) {
+                cand_sums(x, n, 0.0f, iscale, 8.5f, 8.0f, &cs);
+                num = cs.slx, den = cs.sll;
+            } else {
+                cand_sums(x, n, lo, iscale, 0.5f, 0.0f, &cs);
+                num = (double)n * cs.slx - cs.sl * sx, den = (double)n * cs.sll - cs.sl * cs.sl;
+                if (!(num > 0.0)) continue;                 /* d <= 0 */
+            }
+            if (!(den > 0.0)) continue;
+            const double nn = num * num;
+            if (nbest == 0 || nn * rd[0] > rn[0] * den) {
+                rn[1] = rn[0], rd[1] = rd[0], rs[1] = rs[0];
+                rn[0] = nn, rd[0] = den, rs[0] = cs;
+                nbest = nbest < 2 ? nbest + 1 : 2;
+            } else if (nbest == 1 || nn * rd[1] > rn[1] * den) {
+                rn[1] = nn, rd[1] = den, rs[1] = cs;
+                nbest = 2;
+            }
         }
     }
+    double best_err = INFINITY;
+    for (int k = 0; k < nbest; k++) {
+        if (refit(layout, &rs[k], n, sx, sxx, &c, &e) && e < best_err) best = c, best_err = e;
+    }
     if (best_err == INFINITY) return;
-    /* refine: quants nearest to the stored grid, refit, while the real error drops */
-    best_err = pass_q4(layout, x, n, lo, hi, &best, &s);
+    /* refine: quants nearest to the stored grid, refit, while the error drops */
+    wq_assign ba = assign_of(layout, &best, lo, hi);
+    float bf = pass_q4(x, n, &ba, best.d, best.m, &s);
     for (int it = 0; it < WQ_NITER; it++) {
         if (!refit(layout, &s, n, sx, sxx, &c, &e)) break;
         lsums cs;
-        const double ce = pass_q4(layout, x, n, lo, hi, &c, &cs);
-        if (!(ce < best_err)) break;
-        best = c, best_err = ce, s = cs;
+        const wq_assign ca = assign_of(layout, &c, lo, hi);
+        const float ce = pass_q4(x, n, &ca, c.d, c.m, &cs);
+        if (!(ce < bf)) break;
+        best = c, bf = ce, s = cs, ba = ca;
     }
-    if (best_err < ref_err) *p = best;
+    /* clearly better (the f32 sums are good to ~1e-5): take it; close: decide in double */
+    if (bf < ref_err * 0.999f) {
+        *p = best;
+    } else if (bf < ref_err * 1.001f &&
+               pass_q4_exact(x, n, &ba, best.d, best.m) <
+                   pass_q4_exact(x, n, &ra, f16_round(p->d), f16_round(p->m))) {
+        *p = best;
+    }
 }
 
 /* One 32-block x[32] with the group's params. */
