@@ -117,6 +117,31 @@ def test_rms_norm(rng, shape):
     np.testing.assert_allclose(y, ref, rtol=NORM_RTOL, atol=F32_ATOL)
 
 
+def rms_norm_ggml(x, eps):
+    """ggml_compute_forward_rms_norm_f32 step by step: a sequential double sum of the f32
+    squares, mean and scale in f32, y = x * scale."""
+    x = np.asarray(x, np.float32)
+    y = np.empty_like(x)
+    for r in np.ndindex(x.shape[:-1]):
+        s = 0.0                                   # a Python float is a double: ggml_float
+        for v in (x[r] * x[r]).astype(np.float32):
+            s += float(v)
+        mean = np.float32(s / x.shape[-1])
+        scale = np.float32(1.0) / np.sqrt(mean + np.float32(eps))
+        y[r] = x[r] * scale
+    return y
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_rms_norm_is_ggml_bit_exact(rng, n_threads):
+    """9 rows (two chunks of 4 summed side by side, one row alone) of odd length, values over
+    many magnitudes: equal to ggml's sequence bit for bit, every row with its own sum and scale."""
+    x = (rng.standard_normal((9, 301)) * np.exp(rng.uniform(-8, 8, (9, 301)))).astype(np.float32)
+    b = Builder(9, n_threads)
+    y = b.run(b.g.rms_norm(b.act(x), 1e-6))
+    np.testing.assert_array_equal(y, rms_norm_ggml(x, 1e-6))
+
+
 @pytest.mark.parametrize("shape", [(5, 37), (4, 3, 13)], ids=["2d", "3d-per-head"])
 @pytest.mark.parametrize("n_threads", [1, 2])
 def test_rms_norm_times_weight_is_fused_and_bit_exact(rng, shape, n_threads):
