@@ -69,6 +69,8 @@ struct llmrt_graph {
     int64_t *prof_ns;            /* [n_nodes] thread 0's wall time in the node, its barrier included */
     int64_t *prof_wait_ns;       /* [n_nodes] of which waiting at the barrier before it */
     int64_t prof_runs;           /* runs timed since profiling was switched on */
+    float **rope_tabs;           /* [n_rope_tabs] cos/sin tables of rope nodes (one per parameter set) */
+    int n_rope_tabs;
 
     pthread_mutex_t run_lock;    /* one run at a time per graph */
     llmrt_run_ctx ctx;           /* the current run */
@@ -129,6 +131,8 @@ void llmrt_graph_free(llmrt_graph *g) {
     free(g->barrier_before);
     free(g->prof_ns);
     free(g->prof_wait_ns);
+    for (int i = 0; i < g->n_rope_tabs; i++) free(g->rope_tabs[i]);
+    free(g->rope_tabs);
     pthread_mutex_destroy(&g->run_lock);
     free(g);
 }
@@ -659,6 +663,38 @@ static void fuse_rms_norm_mul(llmrt_graph *g) {
     free(readers);
 }
 
+/* Rope nodes with the same parameters, positions and freq_factors compute the same cos/sin per
+ * token (Gemma 3: q and k of every local layer, and of every global one): they share one table,
+ * filled by the first of them in a run and read by those after a barrier (plan_run). */
+static int same_rope(const llmrt_tensor *a, const llmrt_tensor *b) {
+    return a->src[1] == b->src[1] && a->src[2] == b->src[2] &&
+           memcmp(a->op_params, b->op_params, sizeof(a->op_params)) == 0;
+}
+
+static int share_rope_tables(llmrt_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        llmrt_tensor *t = g->nodes[i];
+        if (t->op != LLMRT_OP_ROPE) continue;
+        t->rope_tab = NULL;
+        t->rope_tab_mode = 0;
+        for (int j = 0; j < i && t->rope_tab == NULL; j++) {
+            if (g->nodes[j]->op == LLMRT_OP_ROPE && same_rope(g->nodes[j], t)) t->rope_tab = g->nodes[j]->rope_tab;
+        }
+        if (t->rope_tab != NULL) continue;
+        llmrt_rope_params rp;
+        llmrt_rope_params_from_node(t, &rp);
+        float **nt = (float **)realloc(g->rope_tabs, (size_t)(g->n_rope_tabs + 1) * sizeof(*nt));
+        if (nt == NULL) return LLMRT_ENOMEM;
+        g->rope_tabs = nt;
+        const size_t n = (size_t)(t->tok_cap > 0 ? t->tok_cap : 1) * (size_t)(rp.n_rot > 0 ? rp.n_rot : 1);
+        float *tab = (float *)malloc(n * sizeof(float));
+        if (tab == NULL) return LLMRT_ENOMEM;
+        g->rope_tabs[g->n_rope_tabs++] = tab;
+        t->rope_tab = tab;
+    }
+    return LLMRT_OK;
+}
+
 int llmrt_graph_build(llmrt_graph *g) {
     if (g->built || g->output < 0) return LLMRT_EINVAL;
     /* (what a failed earlier attempt may have left) */
@@ -673,8 +709,13 @@ int llmrt_graph_build(llmrt_graph *g) {
     g->counters = NULL;
     g->single = g->barrier_before = NULL;
     g->prof_ns = g->prof_wait_ns = NULL;
+    for (int i = 0; i < g->n_rope_tabs; i++) free(g->rope_tabs[i]);
+    free(g->rope_tabs);
+    g->rope_tabs = NULL;
+    g->n_rope_tabs = 0;
 
     fuse_rms_norm_mul(g);
+    if (share_rope_tables(g) != LLMRT_OK) return LLMRT_ENOMEM;
 
     /* Lifetimes: a tensor's memory is needed until the last node reading it or a view of it. */
     for (int i = 0; i < g->n_tensors; i++) g->tensors[i]->last_use = g->tensors[i]->node;
@@ -807,6 +848,29 @@ static void plan_run(llmrt_graph *g, int n, int n_out) {
         if (need) {
             seg = j;
             g->n_barriers++;
+        }
+    }
+    /* Rope tables: shared only when the rope runs in token chunks (each row written by one
+     * thread), i.e. n >= 2 * threads; a reader needs a barrier after the table's filler. */
+    const int nth = llmrt_threadpool_n_threads(g->pool);
+    int n_bar = 0, fill_bar[64];
+    const float *fill_tab[64];
+    int n_fill = 0;
+    for (int j = 0; j < g->n_nodes; j++) {
+        llmrt_tensor *t = g->nodes[j];
+        n_bar += g->barrier_before[j];
+        if (t->op != LLMRT_OP_ROPE) continue;
+        t->rope_tab_mode = 0;
+        if (t->rope_tab == NULL || n < 2 * nth) continue;
+        int f = 0;
+        while (f < n_fill && fill_tab[f] != t->rope_tab) f++;
+        if (f == n_fill) {
+            if (n_fill == 64) continue;             /* more parameter sets than that: own caches */
+            fill_tab[n_fill] = t->rope_tab;
+            fill_bar[n_fill++] = n_bar;
+            t->rope_tab_mode = 1;
+        } else if (n_bar > fill_bar[f]) {
+            t->rope_tab_mode = 2;
         }
     }
     g->plan_n = n;

@@ -679,3 +679,29 @@ def test_gelu_and_geglu_bit_exact_vs_generic(isa_level, rng):
     np.testing.assert_allclose(y_ref, want, rtol=GELU_TABLE_RTOL, atol=GELU_ATOL)
     assert (y_ref[x <= -10] == 0).all() and (y_ref[x >= 10] == x[x >= 10]).all()
     assert (z_ref[x <= -10] == 0).all() and (z_ref[x >= 10] == (x * up)[x >= 10]).all()
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_rope_nodes_sharing_a_table_equal_lone_ropes(rng, n_threads):
+    """Rope nodes with the same parameters share one cos/sin table per run (graph.c): the first
+    fills it, later ones (after a barrier) read it. A chain rope -> add -> rope -> rope (the
+    second and third in one barrier segment: one reads, one may compute its own) equals the
+    same ropes run one graph at a time, bit for bit; and so do decode-sized runs."""
+    n, nh, hd = 12, 3, 16
+    x = rng.standard_normal((n, nh, hd)).astype(np.float32)
+    x2 = rng.standard_normal((n, nh, hd)).astype(np.float32)
+    pos = rng.permutation(100)[:n].astype(np.int32)
+
+    def lone(a, p):
+        b = Builder(len(a), n_threads)
+        return b.run(b.g.rope(b.act(a), b.pos, hd, 2, 10000.0), positions=p).reshape(a.shape)
+
+    for m in (n, 1):                                     # prefill (tables) and decode (own caches)
+        b = Builder(m, n_threads)
+        r1 = b.g.rope(b.act(x[:m]), b.pos, hd, 2, 10000.0)
+        s = b.g.add(r1, b.act(x2[:m]))
+        y = b.run(b.g.add(b.g.rope(s, b.pos, hd, 2, 10000.0), b.g.rope(s, b.pos, hd, 2, 10000.0)),
+                  positions=pos[:m]).reshape(m, nh, hd)
+        want1 = lone(x[:m], pos[:m])
+        want2 = lone((want1 + x2[:m]).astype(np.float32), pos[:m])
+        np.testing.assert_array_equal(y, want2 + want2)

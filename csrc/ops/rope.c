@@ -123,8 +123,12 @@ void llmrt_compute_rope(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const int64_t n = dst->ne[2];
     float *cache = (float *)p->wdata;
     /* Chunks are whole tokens (one cos/sin cache each) unless there are too few tokens to keep
-     * every thread busy; then (token, head) pairs. Both compute the same values. */
-    const int per_head = n < 2 * (int64_t)p->nth;
+     * every thread busy; then (token, head) pairs. Both compute the same values. With a shared
+     * table (graph.c plan_run), the token's cache is its row there: written by this node (mode
+     * 1, token chunks: one writer per row) or by an earlier one (mode 2). */
+    const int tab_mode = dst->rope_tab != NULL ? dst->rope_tab_mode : 0;
+    const int per_head = tab_mode == 0 && n < 2 * (int64_t)p->nth;
+    const float *c_tok = cache;
     const int64_t n_chunks = per_head ? n * n_head : n;
     int64_t cached_token = -1;
     for (int64_t c = llmrt_claim(p); c < n_chunks; c = llmrt_claim(p)) {
@@ -132,13 +136,19 @@ void llmrt_compute_rope(const llmrt_compute_params *p, llmrt_tensor *dst) {
         const int64_t h0 = per_head ? c % n_head : 0;
         const int64_t h1 = per_head ? h0 + 1 : n_head;
         if (i != cached_token) {
-            llmrt_rope_cache_init((float)pos[i], &rp, ff, corr_dims, 1.0f, cache);
+            if (tab_mode == 0) {
+                llmrt_rope_cache_init((float)pos[i], &rp, ff, corr_dims, 1.0f, cache);
+            } else {
+                float *row = dst->rope_tab + i * rp.n_rot;
+                if (tab_mode == 1) llmrt_rope_cache_init((float)pos[i], &rp, ff, corr_dims, 1.0f, row);
+                c_tok = row;
+            }
             cached_token = i;
         }
         for (int64_t h = h0; h < h1; h++) {
             const float *x = (const float *)((const char *)src->data + i * src->nb[2] + h * src->nb[1]);
             float *y = (float *)((char *)dst->data + i * dst->nb[2] + h * dst->nb[1]);
-            llmrt_rope_apply(cache, rp.n_rot, rp.mode, hd, x, y);
+            llmrt_rope_apply(c_tok, rp.n_rot, rp.mode, hd, x, y);
         }
     }
 }

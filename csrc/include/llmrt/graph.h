@@ -131,6 +131,12 @@ typedef struct llmrt_tensor {
     int last_use;                           /* last node reading this memory */
     size_t size;                            /* bytes at capacity (arena tensors) */
     size_t offs;                            /* offset in the arena */
+    /* ROPE: the cos/sin table ([tok_cap][n_rot] f32) this node shares with the other rope nodes
+     * of the same parameters and positions (graph.c), and its part in the current run's plan:
+     * 0 its own per-token cache (as alone), 1 fills the table's rows as it goes, 2 reads the rows
+     * an earlier node filled (only across a barrier). */
+    float *rope_tab;
+    int rope_tab_mode;
 } llmrt_tensor;
 
 /* llmrt_rope_params (the parameters of llmrt_graph_rope) is defined in kv_cache.h. */
