@@ -9,8 +9,10 @@
 
 #define NORM_ROWS 4 /* rows per chunk: their sums run as independent chains, side by side */
 
-/* y = (x * scale) [* w] for one row, scale from its sum of squares. */
-static void norm_row(const float *x, float *y, const float *w, int64_t ne0, double sum, float eps) {
+/* y = (x * scale) [* w] for one row, scale from its sum of squares (y never overlaps x or w:
+ * distinct arena tensors, so the loops vectorize; elementwise products round the same). */
+static void norm_row(const float *restrict x, float *restrict y, const float *restrict w, int64_t ne0,
+                     double sum, float eps) {
     const float mean = (float)(sum / (double)ne0);
     const float scale = 1.0f / sqrtf(mean + eps);
     if (w != NULL) {   /* fused rms_norm(x) * w (graph.c): the MUL's rounding, in place */
