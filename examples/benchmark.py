@@ -1,5 +1,6 @@
 """llama-bench's two tests from Python: prompt processing (pp) and decoding (tg) speed, and how
-close decoding comes to the memory-bandwidth bound. The CLI does the same: `llmrt bench MODEL`.
+close decoding comes to the memory-bandwidth bound, and where the time goes (profile=True: every
+graph node timed, summed by op). The CLI does the same: `llmrt bench MODEL --profile`.
 
     python examples/benchmark.py [MODEL] [THREADS]
 """
@@ -9,8 +10,11 @@ from llmrt import Model, bench
 
 model = Model(sys.argv[1] if len(sys.argv) > 1 else "smollm2-135m-instruct",
               n_threads=int(sys.argv[2]) if len(sys.argv) > 2 else None)
-for r in bench.run(model, n_prompt=128, n_gen=32, reps=3):
+results = bench.run(model, n_prompt=128, n_gen=32, reps=3, profile=True)
+for r in results:
     print(f"{r.test}: {r.t_s:.1f} ± {r.t_s_sd:.1f} tokens/s ({r.n_threads} threads, {r.isa})")
+    for d in r.profile[:3]:                     # the three ops that take longest
+        print(f"    {d['op']} {d['type']}: {d['ms_per_run']:.2f} ms per run")
 b = bench.bandwidth_bound(model)
 print(f"decode bound: {b['weight_bytes_per_token'] / 1e6:.0f} MB of weights per token at "
       f"{b['read_bandwidth_gb_s']:.1f} GB/s = {b['tg_bound_t_s']:.0f} tokens/s")
