@@ -130,17 +130,18 @@ def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = 
     if gs not in GROUP_SIZES:
         raise ValueError(f"group_size must be one of {', '.join(map(str, GROUP_SIZES))} "
                          f"(-1: per output channel), got {group_size!r}")
-    sc = "sym" if scheme is None else str(scheme).lower()
-    if sc not in SCHEMES:
-        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
-    cd = "int8" if compute_dtype is None else str(compute_dtype).lower()
-    if cd not in COMPUTE_DTYPES:
-        raise ValueError(f"compute_dtype must be one of {', '.join(COMPUTE_DTYPES)}, "
-                         f"got {compute_dtype!r}")
-    rd = "search" if rounding is None else str(rounding).lower()
-    if rd not in ROUNDINGS:
-        raise ValueError(f"rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+    sc = _choice("scheme", scheme, "sym", SCHEMES)
+    cd = _choice("compute_dtype", compute_dtype, "int8", COMPUTE_DTYPES)
+    rd = _choice("rounding", rounding, "search", ROUNDINGS)
     return WQConfig(wd, gs, sc, cd, rd, bool(quantize_output))
+
+
+def _choice(name: str, value, default: str, allowed) -> str:
+    """value (None: default), lower-cased, one of allowed; else ValueError naming them."""
+    v = default if value is None else str(value).lower()
+    if v not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return v
 
 
 def matmul_weight_names(tensors) -> list:

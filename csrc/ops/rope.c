@@ -64,7 +64,8 @@ static int rope_fused(void) {
     return llmrt_isa_current() >= LLMRT_ISA_AVX2;
 }
 
-static inline void rotate(float x0, float x1, float c, float s, int fused, float *y0, float *y1) {
+static inline __attribute__((always_inline)) void rotate(float x0, float x1, float c, float s, int fused,
+                                                        float *y0, float *y1) {
     const float x1s = x1 * s, x1c = x1 * c;
     if (fused) {
         *y0 = fmaf(x0, c, -x1s);
@@ -76,41 +77,9 @@ static inline void rotate(float x0, float x1, float c, float s, int fused, float
     }
 }
 
-#if defined(__x86_64__)
-/* The fused rotation compiled for FMA (the levels that use it have FMA), so fmaf is one vfmadd
- * instead of a libm call; the same roundings as rotate(..., 1, ...). */
-__attribute__((target("fma"))) static void rope_apply_fma(const float *cache, int n_rot, int mode,
-                                                          const float *x, float *y) {
-    if (mode == LLMRT_ROPE_NEOX) {
-        const int half = n_rot / 2;
-        for (int i = 0; i < half; i++) {
-            const float x0 = x[i], x1 = x[i + half], c = cache[2 * i], s = cache[2 * i + 1];
-            const float x1s = x1 * s, x1c = x1 * c;
-            y[i] = __builtin_fmaf(x0, c, -x1s);
-            y[i + half] = __builtin_fmaf(x0, s, x1c);
-        }
-    } else {
-        for (int i = 0; i < n_rot; i += 2) {
-            const float x0 = x[i], x1 = x[i + 1], c = cache[i], s = cache[i + 1];
-            const float x1s = x1 * s, x1c = x1 * c;
-            y[i] = __builtin_fmaf(x0, c, -x1s);
-            y[i + 1] = __builtin_fmaf(x0, s, x1c);
-        }
-    }
-}
-#endif
-
-void llmrt_rope_apply(const float *cache, int n_rot, int mode, int hd, const float *x, float *y) {
-    const int fused = rope_fused();
-#if defined(__x86_64__)
-    if (fused) {
-        rope_apply_fma(cache, n_rot, mode, x, y);
-        if (y != x) {
-            for (int i = n_rot; i < hd; i++) y[i] = x[i];
-        }
-        return;
-    }
-#endif
+/* The rotated pairs of one head (mode: NeoX pairs (i, i + n_rot/2), else (2i, 2i + 1)). */
+static inline __attribute__((always_inline)) void rope_pairs(const float *cache, int n_rot, int mode, int fused,
+                                                            const float *x, float *y) {
     if (mode == LLMRT_ROPE_NEOX) {
         const int half = n_rot / 2;
         for (int i = 0; i < half; i++) {
@@ -121,6 +90,28 @@ void llmrt_rope_apply(const float *cache, int n_rot, int mode, int hd, const flo
             rotate(x[i], x[i + 1], cache[i], cache[i + 1], fused, &y[i], &y[i + 1]);
         }
     }
+}
+
+#if defined(__x86_64__)
+/* The fused rotation compiled for FMA (the levels that use it have FMA), so fmaf is one vfmadd
+ * instead of a libm call; the same roundings. */
+__attribute__((target("fma"))) static void rope_pairs_fma(const float *cache, int n_rot, int mode,
+                                                          const float *x, float *y) {
+    rope_pairs(cache, n_rot, mode, 1, x, y);
+}
+#endif
+
+void llmrt_rope_apply(const float *cache, int n_rot, int mode, int hd, const float *x, float *y) {
+    const int fused = rope_fused();
+#if defined(__x86_64__)
+    if (fused) {
+        rope_pairs_fma(cache, n_rot, mode, x, y);
+    } else {
+        rope_pairs(cache, n_rot, mode, 0, x, y);
+    }
+#else
+    rope_pairs(cache, n_rot, mode, fused, x, y);
+#endif
     if (y != x) {
         for (int i = n_rot; i < hd; i++) y[i] = x[i];
     }

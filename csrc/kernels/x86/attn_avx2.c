@@ -204,8 +204,20 @@ static ALWAYS_INLINE __m256 qk_f16_end8(const __m256 r[8]) {
     return _mm256_permutevar8x32_ps(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* NQ rows (constant) over cells [c0, c1); HD constant where the caller makes it so. Up to 2 rows
- * keep all 4 accumulators in registers; 3 or 4 rows go over each K row in two passes of 2. */
+/* All 4 accumulators of NQ rows with one K row: up to 2 rows keep the 4 in registers at once;
+ * 3 or 4 rows go over the K row in two passes of 2 accumulators. */
+static ALWAYS_INLINE void qk_f16_acc_all(int np, int NQ, const llmrt_fp16_t *kr, const float *qf, int64_t ldq,
+                                         __m256 acc[4][4]) {
+    if (NQ <= 2) {
+        qk_f16_acc(np, NQ, 0, 4, kr, qf, ldq, acc);
+    } else {
+        qk_f16_acc(np, NQ, 0, 2, kr, qf, ldq, acc);
+        qk_f16_acc(np, NQ, 2, 2, kr, qf, ldq, acc);
+    }
+}
+
+/* NQ rows (constant) over cells [c0, c1); HD constant where the caller makes it so (accumulators:
+ * qk_f16_acc_all). */
 static ALWAYS_INLINE void qk_f16_rows(int HD, int NQ, float *s, int64_t lds, const llmrt_fp16_t *k, int64_t ldk,
                                       const float *qf, int64_t ldq, int c0, int c1) {
     const int np = HD & ~31;
@@ -216,12 +228,7 @@ static ALWAYS_INLINE void qk_f16_rows(int HD, int NQ, float *s, int64_t lds, con
             for (int e = 0; e < 8; e++) {
                 const llmrt_fp16_t *kr = k + (c + e) * ldk;
                 __m256 acc[4][4];
-                if (NQ <= 2) {
-                    qk_f16_acc(np, NQ, 0, 4, kr, qf, ldq, acc);
-                } else {
-                    qk_f16_acc(np, NQ, 0, 2, kr, qf, ldq, acc);
-                    qk_f16_acc(np, NQ, 2, 2, kr, qf, ldq, acc);
-                }
+                qk_f16_acc_all(np, NQ, kr, qf, ldq, acc);
                 for (int j = 0; j < NQ; j++) {
                     r[j][e] = _mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][2]), _mm256_add_ps(acc[j][1], acc[j][3]));
                 }
@@ -232,12 +239,7 @@ static ALWAYS_INLINE void qk_f16_rows(int HD, int NQ, float *s, int64_t lds, con
     for (; c < c1; c++) {
         const llmrt_fp16_t *kr = k + c * ldk;
         __m256 acc[4][4];
-        if (NQ <= 2) {
-            qk_f16_acc(np, NQ, 0, 4, kr, qf, ldq, acc);
-        } else {
-            qk_f16_acc(np, NQ, 0, 2, kr, qf, ldq, acc);
-            qk_f16_acc(np, NQ, 2, 2, kr, qf, ldq, acc);
-        }
+        qk_f16_acc_all(np, NQ, kr, qf, ldq, acc);
         for (int j = 0; j < NQ; j++) s[j * lds + c] = qk_f16_finish(acc[j], np, HD, kr, qf + j * ldq);
     }
 }

@@ -46,6 +46,27 @@ static ALWAYS_INLINE float f16_at(const uint8_t *p) {
     return f16(h);
 }
 
+#define TILE_NT_MAX 8 /* tokens a tile may have (GEMM_NT, NTU) */
+
+/* A tile's results: each (row r, token j) accumulator acc[r * ld + j] summed horizontally as
+ * vec_dot does (plus Q4_1 / Q5_1's Σ m·s, lane r of summ[j]); all 4 rows with a constant bound
+ * (so the accumulators stay in registers), then the n_rows wanted are written. */
+static ALWAYS_INLINE void tile_store(const __m256 *acc, const int ld, const __m128 *summ, const int NT,
+                                     const int q8_1, float *y, const int64_t ys, const int n_rows) {
+    _Alignas(16) float res[TILE_NT_MAX][Q32_R];
+    for (int j = 0; j < NT; j++) {
+        _Alignas(16) float sm[4];
+        _mm_store_ps(sm, summ[j]);
+        for (int r = 0; r < Q32_R; r++) {
+            res[j][r] = hsum_ps(acc[r * ld + j]);
+            if (q8_1) res[j][r] = res[j][r] + sm[r];
+        }
+    }
+    for (int j = 0; j < NT; j++) {
+        for (int r = 0; r < n_rows; r++) y[(int64_t)j * ys + r] = res[j][r];
+    }
+}
+
 /* One tile: rows 0..3 of the group x tokens 0..NT-1 of x; writes rows < n_rows. */
 static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t nb, const uint8_t *grp,
                                    const uint8_t *x, const size_t xs, float *y, const int64_t ys,
@@ -131,19 +152,7 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             }
         }
     }
-    /* all 4 rows with a constant bound (so acc stays in registers), then the n_rows wanted */
-    _Alignas(16) float res[4][Q32_R];
-    for (int j = 0; j < NT; j++) {
-        _Alignas(16) float sm[4];
-        _mm_store_ps(sm, summ[j]);
-        for (int r = 0; r < Q32_R; r++) {
-            res[j][r] = hsum_ps(acc[r][j]);
-            if (q8_1) res[j][r] = res[j][r] + sm[r];
-        }
-    }
-    for (int j = 0; j < NT; j++) {
-        for (int r = 0; r < n_rows; r++) y[(int64_t)j * ys + r] = res[j][r];
-    }
+    tile_store(&acc[0][0], 4, summ, NT, q8_1, y, ys, n_rows);
 }
 
 /* ---- prefill (n_x > 1) for the unsigned-quant types (Q4_0, Q4_1, Q5_0, Q5_1) -----------------------
@@ -158,6 +167,7 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
 #ifndef NTU
 #define NTU 4          /* tokens per prefill tile */
 #endif
+_Static_assert(NTU <= TILE_NT_MAX && GEMM_NT <= TILE_NT_MAX, "tile_store holds TILE_NT_MAX tokens");
 #define WQ_NB_MAX 128  /* blocks per row the stack buffer holds (K <= 4096); longer rows: tile_q32 */
 
 static ALWAYS_INLINE void unpack_q32(const int type, const int64_t nb, const uint8_t *grp, uint8_t *wq) {
@@ -225,18 +235,7 @@ static ALWAYS_INLINE void tile_q32u(const int type, const int NT, const int64_t 
             }
         }
     }
-    _Alignas(16) float res[NTU][Q32_R];
-    for (int j = 0; j < NT; j++) {
-        _Alignas(16) float sm[4];
-        _mm_store_ps(sm, summ[j]);
-        for (int r = 0; r < Q32_R; r++) {
-            res[j][r] = hsum_ps(acc[r][j]);
-            if (q8_1) res[j][r] = res[j][r] + sm[r];
-        }
-    }
-    for (int j = 0; j < NT; j++) {
-        for (int r = 0; r < n_rows; r++) y[(int64_t)j * ys + r] = res[j][r];
-    }
+    tile_store(&acc[0][0], NTU, summ, NT, q8_1, y, ys, n_rows);
 }
 
 static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *group, int n_rows,
