@@ -55,6 +55,7 @@ cdef extern from "llmrt/llmrt.h" nogil:
         int pack_rows[64]
         llmrt_gemm_fn gemm[64]
         const char *gemm_name[64]
+        int gemm_groups[64]
         const char *vec_swiglu_name
         const char *vec_silu_name
         const char *vec_soft_max_name

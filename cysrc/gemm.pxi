@@ -88,11 +88,16 @@ cdef class PackedWeight:
             raise ValueError(f"[packed] no unpacker for this type ({rc})")
         return out
 
+    def gemm_groups(self):
+        """Consecutive groups one gemm call may take at the current ISA level (gemm.h)."""
+        return max(1, llmrt_kernels().gemm_groups[self.p.type])
+
     def gemm(self, int g, x, int n_rows=-1):
         """y[j, r] = dot(row r of group g, activation row j) with the kernel table's gemm.
 
         x: uint8 [n_x, row_size(vec_dot_type, K)], the activation rows  # IN
-        Returns float32 [n_x, n_rows] (n_rows defaults to the group's real rows).
+        Returns float32 [n_x, n_rows] (n_rows defaults to the group's real rows). n_rows up to
+        gemm_groups() * R takes that many consecutive groups in one call (gemm.h).
         """
         self._check_group(g)
         cdef const llmrt_kernel_table *kt = llmrt_kernels()
@@ -100,10 +105,13 @@ cdef class PackedWeight:
         if fn == NULL:
             raise ValueError(f"[gemm] no gemm kernel for this type at ISA {isa_current()}")
         cdef int real = <int>min(self.p.R, self.p.M - <int64_t>g * self.p.R)
+        cdef int G = max(1, kt.gemm_groups[self.p.type])
         if n_rows < 0:
             n_rows = real
-        if n_rows < 1 or n_rows > self.p.R:
-            raise ValueError(f"[gemm] n_rows = {n_rows} must be in 1..{self.p.R}")
+        if n_rows < 1 or n_rows > G * self.p.R:
+            raise ValueError(f"[gemm] n_rows = {n_rows} must be in 1..{G * self.p.R}")
+        if g + (n_rows + self.p.R - 1) // self.p.R > self.p.n_groups:
+            raise ValueError(f"[gemm] {n_rows} rows from group {g} run past the last group")
         cdef int vt = llmrt_type_traits_get(self.p.type).vec_dot_type
         cdef size_t xs = llmrt_row_size(vt, self.p.K)
         xa = np.ascontiguousarray(x, dtype=np.uint8)

@@ -97,6 +97,42 @@ def test_gemm_partial_rows(isa_level, t, rng):
     np.testing.assert_array_equal(last[:, 0], np.array(ref, dtype=np.float32))
 
 
+
+@pytest.mark.parametrize("K", KS)
+@pytest.mark.parametrize("t", PACKED_TYPES, ids=lambda t: t.name)
+def test_gemm_several_groups_per_call(isa_level, t, K, rng):
+    """A call over gemm_groups() consecutive groups (gemm.h; the AVX2 level's 8-row prefill tile)
+    gives the bits of vec_dot for every row it covers, whatever n_rows (R + 1 .. G·R, the last
+    group partly real or zero-padded) and n_x are."""
+    if core.kernel_names()["gemm"].get(t.name) is None:
+        pytest.skip(f"{t.name} has no gemm at {isa_level}")
+    R = core.pack_rows(int(t))
+    M, nmax = 3 * R + 1, max(N_XS)                  # groups 0..2 full, group 3 one real row
+    w = random_rows(t, K, M, rng)
+    x = random_act(VEC_DOT_TYPE[t], K, nmax, rng)
+    ref = np.array([[core.vec_dot(int(t), w[m], x[j], K) for m in range(M)] for j in range(nmax)],
+                   dtype=np.float32)
+    pw = core.pack_weight(w, int(t), K, M)
+    G = pw.gemm_groups()
+    if G < 2:
+        pytest.skip(f"{t.name}'s gemm takes one group per call at {isa_level}")
+    for g in (0, 1, pw.n_groups - G):
+        real = min(G * R, M - g * R)
+        for n_rows in sorted({R + 1, G * R - 1, real}):
+            if n_rows > G * R or g + -(-n_rows // R) > pw.n_groups:
+                continue
+            for n_x in N_XS:
+                y = pw.gemm(g, x[:n_x], n_rows)
+                want = np.zeros((n_x, n_rows), np.float32)
+                k = min(n_rows, real)
+                want[:, :k] = ref[:n_x, g * R:g * R + k]
+                np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32),
+                                              err_msg=f"{t.name} K={K} g={g} n_rows={n_rows} n_x={n_x}")
+    with pytest.raises(ValueError, match="must be in"):
+        pw.gemm(0, x[:1], G * R + 1)
+    with pytest.raises(ValueError, match="past the last group"):
+        pw.gemm(pw.n_groups - 1, x[:1], R + 1)
+
 @pytest.mark.parametrize("K", KS)
 @pytest.mark.parametrize("t", PACKED_TYPES, ids=lambda t: t.name)
 def test_pack_round_trip(t, K, rng):

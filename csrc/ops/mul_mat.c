@@ -9,8 +9,8 @@
  * Packed weights (gemm.h; W->packed set at load and the level has a gemm for the type): chunks
  * are (range of groups) x (block of tokens), claimed atomically in token-block-major order, so
  * both threads work on the same token block (its activations stay in L2) on different weights.
- * A group's R rows are fed to kt->gemm for all tokens of the block at once (the group, a few
- * KB, stays in L1 while the kernel tiles the tokens). Group ranges are sized for at least
+ * A group's R rows (or kt->gemm_groups consecutive groups) are fed to kt->gemm for all tokens of
+ * the block at once (the groups, a few KB, stay in L1 while the kernel tiles the tokens). Group ranges are sized for at least
  * MM_CHUNKS_PER_THREAD chunks per thread per token block (decode: many small chunks, so no
  * thread idles at the end of a node) and at most MM_CHUNK_BYTES of weights.
  *
@@ -51,15 +51,18 @@ void llmrt_compute_quantize(const llmrt_compute_params *p, llmrt_tensor *dst) {
     }
 }
 
-static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llmrt_gemm_fn gemm) {
+static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llmrt_gemm_fn gemm,
+                           int gemm_groups) {
     const llmrt_packed *pw = dst->src[0]->packed;
     const llmrt_tensor *x = dst->src[1];
     const int64_t nr = llmrt_nrows(x);
     const int R = pw->R;
     const int64_t ng = pw->n_groups;
+    const int G = gemm_groups > 1 ? gemm_groups : 1;             /* groups per gemm call */
     int64_t gpc = ng / ((int64_t)MM_CHUNKS_PER_THREAD * p->nth);  /* groups per chunk */
     const int64_t gmax = (int64_t)(MM_CHUNK_BYTES / pw->group_bytes);
     if (gpc > gmax) gpc = gmax;
+    gpc = (gpc + G - 1) / G * G;                                  /* whole calls */
     if (gpc < 1) gpc = 1;
     const int64_t n_gc = (ng + gpc - 1) / gpc;
     const int64_t n_tb = (nr + MM_TOKENS - 1) / MM_TOKENS;
@@ -73,8 +76,9 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
         const int64_t g1 = g0 + gpc < ng ? g0 + gpc : ng;
         const char *xj = (const char *)x->data + (size_t)j0 * xs;
         float *yj = (float *)dst->data + j0 * ys;
-        for (int64_t g = g0; g < g1; g++) {
-            const int n_rows = (int)(pw->M - g * R < R ? pw->M - g * R : R);
+        for (int64_t g = g0; g < g1; g += G) {
+            const int64_t gr = (g1 - g < G ? g1 - g : G) * R;     /* rows of this call's groups */
+            const int n_rows = (int)(pw->M - g * R < gr ? pw->M - g * R : gr);
             gemm(pw->K, (const char *)pw->data + (size_t)g * pw->group_bytes, n_rows, xj, xs, n_x,
                  yj + g * R, ys);
         }
@@ -110,7 +114,7 @@ void llmrt_compute_mul_mat(const llmrt_compute_params *p, llmrt_tensor *dst) {
     }
     const llmrt_gemm_fn gemm = w->packed ? p->ctx->kt->gemm[w->type] : NULL;
     if (gemm != NULL) {
-        mul_mat_packed(p, dst, gemm);
+        mul_mat_packed(p, dst, gemm, p->ctx->kt->gemm_groups[w->type]);
         return;
     }
     const int K = (int)w->ne[0];

@@ -34,6 +34,9 @@
  *          same ISA level gives for that row and activation row, whatever n_x is (n_x = 1: decode
  *          GEMV; n_x > 1: prefill GEMM).
  *   const char *gemm_name[t]
+ *   int    gemm_groups[t]                   G (0 means 1): gemm may be given up to G consecutive
+ *          groups at once (group_bytes apart): n_rows <= G * R, row r in group r / R; the same
+ *          bits as G calls of one group. Whoever sets gemm[t] sets gemm_groups[t] with it.
  * A level whose vec_dot[t] computes in another order than the gemm registered below it, and that
  * has no gemm of its own for t, sets gemm[t] = NULL: MUL_MAT then runs vec_dot on the plain rows
  * (the weight's data), so results stay bit-exact with vec_dot at every level.

@@ -200,6 +200,7 @@ typedef struct {
     llmrt_pack_fn pack[LLMRT_TYPE_COUNT];
     llmrt_gemm_fn gemm[LLMRT_TYPE_COUNT];
     const char *gemm_name[LLMRT_TYPE_COUNT];
+    int gemm_groups[LLMRT_TYPE_COUNT];  /* consecutive groups one gemm call may take (0 means 1) */
     /* attn_pv[T] reproduces the order of attn_pv_dot[T]; attention uses it only while that is
      * still vec_dot[T] (a higher level that replaces vec_dot[T] without its own attn_pv[T] thus
      * falls back to the column-by-column path). */

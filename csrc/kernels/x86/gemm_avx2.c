@@ -170,7 +170,9 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
 _Static_assert(NTU <= TILE_NT_MAX && GEMM_NT <= TILE_NT_MAX, "tile_store holds TILE_NT_MAX tokens");
 #define WQ_NB_MAX 128  /* blocks per row the stack buffer holds (K <= 4096); longer rows: tile_q32 */
 
-static ALWAYS_INLINE void unpack_q32(const int type, const int64_t nb, const uint8_t *grp, uint8_t *wq) {
+/* wq: block ib's 4 rows at wq + ib * wbs (wbs = 128: this group alone; 256: one of two groups) */
+static ALWAYS_INLINE void unpack_q32(const int type, const int64_t nb, const uint8_t *grp, uint8_t *wq,
+                                     const size_t wbs) {
     const uint8_t *qh = grp + q32_qh_off(type, nb);
     const uint8_t *qs = grp + q32_qs_off(type, nb);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -186,8 +188,8 @@ static ALWAYS_INLINE void unpack_q32(const int type, const int64_t nb, const uin
                 w0 = _mm256_or_si256(w0, _mm256_and_si256(_mm256_sllv_epi64(h, _mm256_set_epi64x(1, 2, 3, 4)), b5));
                 w1 = _mm256_or_si256(w1, _mm256_and_si256(_mm256_srlv_epi64(h, _mm256_set_epi64x(3, 2, 1, 0)), b5));
             }
-            _mm256_store_si256((__m256i *)(wq + ib * 128 + 64 * p), w0);
-            _mm256_store_si256((__m256i *)(wq + ib * 128 + 64 * p + 32), w1);
+            _mm256_store_si256((__m256i *)(wq + (size_t)ib * wbs + 64 * p), w0);
+            _mm256_store_si256((__m256i *)(wq + (size_t)ib * wbs + 64 * p + 32), w1);
         }
     }
 }
@@ -238,15 +240,77 @@ static ALWAYS_INLINE void tile_q32u(const int type, const int NT, const int64_t 
     tile_store(&acc[0][0], NTU, summ, NT, q8_1, y, ys, n_rows);
 }
 
-static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *group, int n_rows,
-                                        const void *x, size_t x_stride, int n_x, float *y, int64_t y_stride) {
-    const int64_t nb = K / 32;
-    const uint8_t *g = (const uint8_t *)group;
-    const uint8_t *xb = (const uint8_t *)x;
+/* ---- prefill over two groups (8 rows) -------------------------------------------------------------
+ * gemm_groups = 2 (gemm.h): MUL_MAT hands this level two consecutive groups per call. Both are
+ * unpacked once per call into w8 [nb][8][32] (quants, as unpack_q32) and their scales converted once
+ * into d8 [nb][8] (and m8 [nb][8] for Q4_1 / Q5_1) f32, rows 0..3 from the first group. A tile is
+ * then 8 rows x 1 token: per (token, block) one d_y conversion, one mul for the 8 rows' d_x·d_y, one
+ * maddubs for the offset sums (and Q8_1's Σ m·s as one 8-lane fma), shared by 8 rows instead of 4;
+ * per (row, token, block) the same maddubs, i16 subtract, madd, cvt and fma with the broadcast
+ * d_x·d_y as tile_q32u. 8 accumulators + the weight, a temporary, ones, the activation, the offset
+ * sums and the d broadcast stay in the 16 ymm registers (no spills). */
+#define W8_R (2 * Q32_R)
+
+static ALWAYS_INLINE void unpack_q32x2(const int type, const int64_t nb, const uint8_t *g0, const uint8_t *g1,
+                                       uint8_t *w8, float *d8, float *m8) {
+    const int nsc = q32_nsc(type);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *grp = h ? g1 : g0;
+        unpack_q32(type, nb, grp, w8 + 128 * h, 256);
+        for (int64_t ib = 0; ib < nb; ib++) { /* sc: d of rows 0..3, then (Q4_1 / Q5_1) m (gemm_q32.h) */
+            const uint8_t *sc = grp + ib * 8 * nsc;
+            _mm_storeu_ps(d8 + ib * W8_R + 4 * h, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)sc)));
+            if (nsc == 2) _mm_storeu_ps(m8 + ib * W8_R + 4 * h, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sc + 8))));
+        }
+    }
+}
+
+static ALWAYS_INLINE void tile_q32x2(const int type, const int64_t nb, const uint8_t *w8, const float *d8,
+                                     const float *m8, const uint8_t *x, float *y, const int n_rows) {
+    const int q8_1 = q32_nsc(type) == 2;
+    const size_t ybs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const int yqo = q8_1 ? 4 : 2;
+    const int off = type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i offv = _mm256_set1_epi8((char)off);
+    __m256 acc[W8_R];
+    __m256 summ = _mm256_setzero_ps();                    /* Σ m·s, lane r = row r */
+    for (int r = 0; r < W8_R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *yb = x + (size_t)ib * ybs;
+        /* d_y: cvtph of the block's first 4 halves (d, then 3 halves of other fields), lane 0 */
+        const __m128 dy = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)yb));
+        _Alignas(32) float dp[W8_R];                      /* d_x·d_y of rows 0..7 */
+        _mm256_store_ps(dp, _mm256_mul_ps(_mm256_loadu_ps(d8 + ib * W8_R), _mm256_broadcastss_ps(dy)));
+        if (q8_1) summ = _mm256_fmadd_ps(_mm256_loadu_ps(m8 + ib * W8_R), _mm256_set1_ps(f16_at(yb + 2)), summ);
+        const __m256i yq = loadu256(yb + yqo);
+        const __m256i yo = off ? _mm256_maddubs_epi16(offv, yq) : _mm256_setzero_si256();
+        const uint8_t *wb = w8 + ib * 256;
+        for (int r = 0; r < W8_R; r++) {
+            __m256i p = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(wb + 32 * r)), yq);
+            if (off) p = _mm256_sub_epi16(p, yo);         /* exact in i16 (tile_q32u) */
+            const __m256i i32 = _mm256_madd_epi16(p, ones);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dp[r]), _mm256_cvtepi32_ps(i32), acc[r]);
+        }
+    }
+    /* all 8 sums with a constant bound (the accumulators stay registers), then the rows wanted */
+    _Alignas(32) float sm[W8_R], res[W8_R];
+    _mm256_store_ps(sm, summ);
+    for (int r = 0; r < W8_R; r++) {
+        res[r] = hsum_ps(acc[r]);
+        if (q8_1) res[r] = res[r] + sm[r];
+    }
+    for (int r = 0; r < n_rows; r++) y[r] = res[r];
+}
+
+/* One group (n_rows <= 4). */
+static ALWAYS_INLINE void gemm_q32_1(const int type, const int64_t nb, const uint8_t *g, const int n_rows,
+                                     const uint8_t *xb, const size_t x_stride, const int n_x, float *y,
+                                     const int64_t y_stride) {
     int j = 0;
     if (n_x > 1 && type != LLMRT_TYPE_Q8_0 && nb <= WQ_NB_MAX) {
         _Alignas(32) uint8_t wq[WQ_NB_MAX * 128];
-        unpack_q32(type, nb, g, wq);
+        unpack_q32(type, nb, g, wq, 128);
         for (; j + NTU <= n_x; j += NTU) {
             tile_q32u(type, NTU, nb, g, wq, xb + (size_t)j * x_stride, x_stride, y + (int64_t)j * y_stride, y_stride, n_rows);
         }
@@ -267,6 +331,30 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
     if (j < n_x) tile_q32(type, 1, nb, g, xb + (size_t)j * x_stride, x_stride, y + (int64_t)j * y_stride, y_stride, n_rows);
 }
 
+/* n_rows <= 8: one group, or (n_rows > 4) two consecutive groups, group_bytes apart (gemm_groups) */
+static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *group, int n_rows,
+                                        const void *x, size_t x_stride, int n_x, float *y, int64_t y_stride) {
+    const int64_t nb = K / 32;
+    const uint8_t *g = (const uint8_t *)group;
+    const uint8_t *xb = (const uint8_t *)x;
+    if (n_rows <= Q32_R) {
+        gemm_q32_1(type, nb, g, n_rows, xb, x_stride, n_x, y, y_stride);
+        return;
+    }
+    const size_t gb = q32_group_bytes(type, nb);
+    if (n_x > 1 && type != LLMRT_TYPE_Q8_0 && nb <= WQ_NB_MAX) {
+        _Alignas(32) uint8_t w8[WQ_NB_MAX * 256];
+        _Alignas(32) float d8[WQ_NB_MAX * W8_R], m8[WQ_NB_MAX * W8_R];
+        unpack_q32x2(type, nb, g, g + gb, w8, d8, m8);
+        for (int j = 0; j < n_x; j++) {
+            tile_q32x2(type, nb, w8, d8, m8, xb + (size_t)j * x_stride, y + (int64_t)j * y_stride, n_rows);
+        }
+        return;
+    }
+    gemm_q32_1(type, nb, g, Q32_R, xb, x_stride, n_x, y, y_stride);
+    gemm_q32_1(type, nb, g + gb, n_rows - Q32_R, xb, x_stride, n_x, y + Q32_R, y_stride);
+}
+
 #define Q32_GEMM(T, t, tx)                                                                          \
     static void gemm_##t##_##tx##_avx2(int64_t K, const void *group, int n_rows, const void *x,     \
                                        size_t x_stride, int n_x, float *y, int64_t y_stride) {      \
@@ -282,12 +370,15 @@ Q32_GEMM(Q8_0, q8_0, q8_0)
 
 void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt) {
 #if defined(__x86_64__)
-#define REG(T, fn) do { kt->gemm[LLMRT_TYPE_##T] = fn; kt->gemm_name[LLMRT_TYPE_##T] = #fn; } while (0)
+#define REG(T, fn) do { kt->gemm[LLMRT_TYPE_##T] = fn; kt->gemm_name[LLMRT_TYPE_##T] = #fn; kt->gemm_groups[LLMRT_TYPE_##T] = 1; } while (0)
     REG(Q4_0, gemm_q4_0_q8_0_avx2);
     REG(Q4_1, gemm_q4_1_q8_1_avx2);
     REG(Q5_0, gemm_q5_0_q8_0_avx2);
     REG(Q5_1, gemm_q5_1_q8_1_avx2);
     REG(Q8_0, gemm_q8_0_q8_0_avx2);
+    /* two groups per call: the 8-row prefill tile (tile_q32x2) for the unsigned-quant types */
+    kt->gemm_groups[LLMRT_TYPE_Q4_0] = kt->gemm_groups[LLMRT_TYPE_Q4_1] = 2;
+    kt->gemm_groups[LLMRT_TYPE_Q5_0] = kt->gemm_groups[LLMRT_TYPE_Q5_1] = 2;
 #undef REG
 #else
     (void)kt;

@@ -13,5 +13,6 @@ void llmrt_register_gemm_kernels_avx512_vnni(llmrt_kernel_table *kt) {
     for (size_t i = 0; i < sizeof(differ) / sizeof(differ[0]); i++) {
         kt->gemm[differ[i]] = NULL;
         kt->gemm_name[differ[i]] = NULL;
+        kt->gemm_groups[differ[i]] = 0;
     }
 }
