@@ -293,14 +293,16 @@ static ALWAYS_INLINE void tile_q32x2(const int type, const int64_t nb, const uin
             acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dp[r]), _mm256_cvtepi32_ps(i32), acc[r]);
         }
     }
-    /* all 8 sums with a constant bound (the accumulators stay registers), then the rows wanted */
-    _Alignas(32) float sm[W8_R], res[W8_R];
-    _mm256_store_ps(sm, summ);
-    for (int r = 0; r < W8_R; r++) {
-        res[r] = hsum_ps(acc[r]);
-        if (q8_1) res[r] = res[r] + sm[r];
+    /* the 8 rows' sums in one vector (hsum8_ps: each lane hsum_ps's bits), + Σ m·s, then the rows wanted */
+    __m256 res = hsum8_ps(acc);
+    if (q8_1) res = _mm256_add_ps(res, summ);
+    if (n_rows == W8_R) {
+        _mm256_storeu_ps(y, res);
+    } else {
+        _Alignas(32) float rs[W8_R];
+        _mm256_store_ps(rs, res);
+        for (int r = 0; r < n_rows; r++) y[r] = rs[r];
     }
-    for (int r = 0; r < n_rows; r++) y[r] = res[r];
 }
 
 /* One group (n_rows <= 4). */

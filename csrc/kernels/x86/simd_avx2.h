@@ -31,6 +31,26 @@ static inline float hsum_ps(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* hsum_ps of 8 vectors at once: lane r of the result = hsum_ps(v[r]), bit for bit (the same adds on
+ * the same operands: halves, then pairs, then the last two, with lanes moved between the steps). */
+static inline __m256 hsum8_ps(const __m256 v[8]) {
+    __m256 s[4]; /* s[i]: halves summed, rows 2i (lanes 0..3) and 2i + 1 (lanes 4..7) */
+    for (int i = 0; i < 4; i++) {
+        s[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+    }
+    /* pairs: t[0] = rows 0, 2 (lane 0..1, 2..3) | rows 1, 3; t[1] = rows 4, 6 | rows 5, 7 */
+    __m256 t[2];
+    for (int i = 0; i < 2; i++) {
+        t[i] = _mm256_add_ps(_mm256_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    /* the last two: lanes rows 0, 2, 4, 6 | 1, 3, 5, 7, then back to row order */
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* Σ of the 8 i32 lanes of v (wraps like the hardware adds). */
 static inline int hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
