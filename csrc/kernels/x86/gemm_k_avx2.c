@@ -24,6 +24,7 @@
 #include "llmrt/gemm.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "../pack_k.h"
@@ -74,10 +75,83 @@ static inline __m256i isum8(const __m256i *q, const __m256i *sc, const int8_t *q
     return isum;
 }
 
+/* ---- Q4_K / Q6_K prefill (n_x > 1): each row unpacked once per super-block for TC tokens ------------- */
+
+#define TC 32 /* activation rows per chunk: a row's quants (8 registers) and scales (8 vectors on the
+               * stack) are unpacked once per (chunk, super-block) and used for all TC rows; the
+               * chunk's per-(token, row) integer sums (Q4_K: 8 KB) or accumulators (Q6_K: 8 KB) and
+               * one super-block of its activations (TC x 292 bytes) stay in L1 */
+
+/* Q4_K, n_x > 1: the GEMV's operations on the same values (acc, accm per token with the 8 rows in
+ * lanes), loops reordered: per super-block, row by row over all tokens of the chunk, then per token
+ * the row sums (hsum8), the mins part and the two fmas. */
+static void gemm_q4_K_prefill(int64_t K, const uint8_t *group, int n_rows, const uint8_t *x, size_t x_stride,
+                              int n_x, float *y, int64_t y_stride) {
+    const int64_t nb = K / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int c0 = 0; c0 < n_x; c0 += TC) {
+        const int nc = n_x - c0 < TC ? n_x - c0 : TC;
+        const uint8_t *xc = x + (size_t)c0 * x_stride;
+        __m256 acc[TC], accm[TC]; /* lane r: row r */
+        for (int t = 0; t < nc; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            const uint8_t *bg = group + i * Q4K_BG;
+            const uint8_t *xi = xc + (size_t)i * sizeof(block_q8_K); /* token t's block i: xi + t * x_stride */
+            __m256i isums[TC][PK_R]; /* (token, row): 8 lanes summing to the row's Σ sc·q·y */
+            for (int r = 0; r < PK_R; r++) {
+                if (r >= n_rows) { /* padding rows: zero lanes, so hsum8 gives 0 */
+                    for (int t = 0; t < nc; t++) isums[t][r] = _mm256_setzero_si256();
+                    continue;
+                }
+                const uint8_t *qs = bg + Q4K_QS + 128 * r;
+                __m256i q[8], scv[8];
+                for (int j = 0; j < 4; j++) {
+                    const __m256i q4 = loadu256(qs + 32 * j);
+                    q[2 * j] = _mm256_and_si256(q4, m4);
+                    q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+                }
+                scales8_to_16(bg + Q4K_SC + 8 * r, scv);
+                const uint8_t *yq = xi + offsetof(block_q8_K, qs);
+                for (int t = 0; t < nc; t++, yq += x_stride) isums[t][r] = isum8(q, scv, (const int8_t *)yq);
+            }
+            const __m256 d8 = _mm256_cvtph_ps(loadu128(bg + Q4K_D));
+            const __m256 dmin8 = _mm256_cvtph_ps(loadu128(bg + Q4K_DMIN));
+            __m256i mk[4]; /* lane r: (m_r[2k], m_r[2k+1]) as i16 */
+            for (int k = 0; k < 4; k++) mk[k] = _mm256_cvtepu8_epi16(loadu128(bg + Q4K_M + 16 * k));
+            const uint8_t *yt = xi;
+            for (int t = 0; t < nc; t++, yt += x_stride) {
+                const block_q8_K *b = (const block_q8_K *)yt;
+                const __m256i isum = hsum8_i32(isums[t]);
+                /* imin8_k4 with the m vectors hoisted: pair sums pb of the bsums, lane r = Σ_k m·pb */
+                const __m256i pb = _mm256_madd_epi16(loadu256(b->bsums), ones);
+                const __m256i pb16 = _mm256_packs_epi32(pb, pb);
+                __m256i imin = _mm256_madd_epi16(mk[0], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(0)));
+                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[1], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(1))));
+                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[2], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(4))));
+                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[3], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(5))));
+                const __m256 dy = _mm256_set1_ps(b->d);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d8, dy), acc[t]);
+                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin8, dy), accm[t]);
+            }
+        }
+        for (int t = 0; t < nc; t++) {
+            float out[PK_R];
+            _mm256_storeu_ps(out, _mm256_sub_ps(acc[t], accm[t]));
+            float *yr = y + (int64_t)(c0 + t) * y_stride;
+            for (int r = 0; r < n_rows; r++) yr[r] = out[r];
+        }
+    }
+}
+
 /* ---- Q4_K: rows in lanes ------------------------------------------------------------------------ */
 
 static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
+    if (n_x > 1) {
+        gemm_q4_K_prefill(K, (const uint8_t *)group, n_rows, (const uint8_t *)x, x_stride, n_x, y, y_stride);
+        return;
+    }
     const int64_t nb = K / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int t0 = 0; t0 < n_x; t0 += TT) {
@@ -269,6 +343,47 @@ static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int
     }
 }
 
+/* Q6_K, n_x > 1: gemm_lanes' operations on the same values (8 f32 lanes per (row, token), the same
+ * integer lanes, acc = fma(d·dy, lanes, acc) per super-block, hsum at the end), loops reordered:
+ * per super-block, row by row over all tokens of the chunk. The 6-bit offset enters as the lanes'
+ * start value madd(bsums, -32·sc) (= -(madd(bsums, sc) << 5): |32·sc| <= 4096 fits i16). */
+static void gemm_q6_K_prefill(int64_t K, const uint8_t *group, int n_rows, const uint8_t *x, size_t x_stride,
+                              int n_x, float *y, int64_t y_stride) {
+    const int64_t nb = K / QK_K;
+    for (int c0 = 0; c0 < n_x; c0 += TC) {
+        const int nc = n_x - c0 < TC ? n_x - c0 : TC;
+        const uint8_t *xc = x + (size_t)c0 * x_stride;
+        __m256 acc[PK_R][TC]; /* (row, token): 8 f32 lanes */
+        for (int r = 0; r < n_rows; r++) for (int t = 0; t < nc; t++) acc[r][t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            const uint8_t *bg = group + i * Q6K_BG;
+            const uint8_t *xi = xc + (size_t)i * sizeof(block_q8_K); /* token t's block i: xi + t * x_stride */
+            for (int r = 0; r < n_rows; r++) {
+                __m256i q[8], sc[8];
+                unpack_row(KQ6, bg, r, q, sc);
+                const __m256i nsc32 = _mm256_sub_epi16(_mm256_setzero_si256(),
+                                                       _mm256_slli_epi16(_mm256_cvtepi8_epi16(loadu128(bg + Q6K_SC + 16 * r)), 5));
+                const float d = f16(((const llmrt_fp16_t *)(bg + Q6K_D))[r]);
+                const uint8_t *yt = xi;
+                __m256 *ac = acc[r];
+                for (int t = 0; t < nc; t++, yt += x_stride) {
+                    const block_q8_K *b = (const block_q8_K *)yt;
+                    __m256i isum = _mm256_madd_epi16(loadu256(b->bsums), nsc32);
+                    for (int s = 0; s < 8; s++) {
+                        const __m256i p = _mm256_maddubs_epi16(q[s], loadu256(b->qs + 32 * s));
+                        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[s]));
+                    }
+                    ac[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * b->d), _mm256_cvtepi32_ps(isum), ac[t]);
+                }
+            }
+        }
+        for (int t = 0; t < nc; t++) {
+            float *yr = y + (int64_t)(c0 + t) * y_stride;
+            for (int r = 0; r < n_rows; r++) yr[r] = hsum_ps(acc[r][t]);
+        }
+    }
+}
+
 static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
     gemm_lanes(KQ2, K, group, n_rows, x, x_stride, n_x, y, y_stride);
@@ -283,6 +398,10 @@ static void gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void 
 }
 static void gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
+    if (n_x > 1) {
+        gemm_q6_K_prefill(K, (const uint8_t *)group, n_rows, (const uint8_t *)x, x_stride, n_x, y, y_stride);
+        return;
+    }
     gemm_lanes(KQ6, K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
 
