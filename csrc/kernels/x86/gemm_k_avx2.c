@@ -81,39 +81,86 @@ static inline __m256i isum8(const __m256i *q, const __m256i *sc, const int8_t *q
                * stack) are unpacked once per (chunk, super-block) and used for all TC rows; the
                * chunk's per-(token, row) integer sums (Q4_K: 8 KB) or accumulators (Q6_K: 8 KB) and
                * one super-block of its activations (TC x 292 bytes) stay in L1 */
+#define TC4 64 /* Q4_K: activation rows per chunk (3 vectors each on the stack, 6 KB) */
 
-/* Q4_K, n_x > 1: the GEMV's operations on the same values (acc, accm per token with the 8 rows in
- * lanes), loops reordered: per super-block, row by row over all tokens of the chunk, then per token
- * the row sums (hsum8), the mins part and the two fmas. */
+/* 8 x 8 i32 transpose: o[c] lane r = v[r] lane c */
+static ALWAYS_INLINE void transpose8_epi32(const __m256i *v, __m256i *o) {
+    __m256i a[8], b[8];
+    for (int k = 0; k < 4; k++) { /* rows 2k, 2k+1 interleaved: a[2k] columns 0,1 | 4,5; a[2k+1] 2,3 | 6,7 */
+        a[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+        a[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 4h..4h+3: b[4h + c] column c | c + 4 */
+        b[4 * h + 0] = _mm256_unpacklo_epi64(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 1] = _mm256_unpackhi_epi64(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 2] = _mm256_unpacklo_epi64(a[4 * h + 1], a[4 * h + 3]);
+        b[4 * h + 3] = _mm256_unpackhi_epi64(a[4 * h + 1], a[4 * h + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        o[c] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x20);
+        o[c + 4] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x31);
+    }
+}
+
+/* 4 bytes at p in every i32 lane */
+static ALWAYS_INLINE __m256i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Q4_K, n_x > 1: the GEMV's float operations on the same values (acc, accm per token with the 8 rows
+ * in lanes; the integers isum, imin are exact whatever their order), with the rows in the lanes of
+ * the integer work too, so no per-token hsum8 and half the multiplies: per super-block the group's
+ * quants are transposed once per chunk into w[s][m] (lane r: quants 4m..4m+3 of 32-group s of row
+ * r), then for each token and group, 8 maddubs(w[s][m], 4 activation bytes broadcast) are summed in
+ * i16 (|Σ| <= 8·2·15·128 = 30720: exact) and one madd by the group's scales (lane r: row r's)
+ * gives the 8 rows' Σ sc·q·y of the group. */
 static void gemm_q4_K_prefill(int64_t K, const uint8_t *group, int n_rows, const uint8_t *x, size_t x_stride,
                               int n_x, float *y, int64_t y_stride) {
     const int64_t nb = K / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int c0 = 0; c0 < n_x; c0 += TC) {
-        const int nc = n_x - c0 < TC ? n_x - c0 : TC;
+    __m256i w[8][8]; /* [group s][step m], 2 KB: lane r = quants 32s + 4m .. + 3 of row r (bytes) */
+    __m256i scs[8];  /* [group s]: lane r = row r's scale of group s in both i16 halves */
+    for (int c0 = 0; c0 < n_x; c0 += TC4) {
+        const int nc = n_x - c0 < TC4 ? n_x - c0 : TC4;
         const uint8_t *xc = x + (size_t)c0 * x_stride;
-        __m256 acc[TC], accm[TC]; /* lane r: row r */
+        __m256 acc[TC4], accm[TC4]; /* lane r: row r */
+        __m256i isums[TC4];         /* lane r: row r's Σ sc·q·y of the super-block */
         for (int t = 0; t < nc; t++) acc[t] = accm[t] = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             const uint8_t *bg = group + i * Q4K_BG;
             const uint8_t *xi = xc + (size_t)i * sizeof(block_q8_K); /* token t's block i: xi + t * x_stride */
-            __m256i isums[TC][PK_R]; /* (token, row): 8 lanes summing to the row's Σ sc·q·y */
-            for (int r = 0; r < PK_R; r++) {
-                if (r >= n_rows) { /* padding rows: zero lanes, so hsum8 gives 0 */
-                    for (int t = 0; t < nc; t++) isums[t][r] = _mm256_setzero_si256();
-                    continue;
+            /* padding rows (r >= n_rows) are zero in the group: they give zero lanes, never stored */
+            for (int j = 0; j < 4; j++) { /* bytes 32j.. of each row: groups 2j (low nibbles), 2j + 1 (high) */
+                __m256i lo[PK_R], hi[PK_R];
+                for (int r = 0; r < PK_R; r++) {
+                    const __m256i q4 = loadu256(bg + Q4K_QS + 128 * r + 32 * j);
+                    lo[r] = _mm256_and_si256(q4, m4);
+                    hi[r] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
                 }
-                const uint8_t *qs = bg + Q4K_QS + 128 * r;
-                __m256i q[8], scv[8];
-                for (int j = 0; j < 4; j++) {
-                    const __m256i q4 = loadu256(qs + 32 * j);
-                    q[2 * j] = _mm256_and_si256(q4, m4);
-                    q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+                transpose8_epi32(lo, w[2 * j]);
+                transpose8_epi32(hi, w[2 * j + 1]);
+            }
+            {
+                __m256i s32[PK_R]; /* lane s: row r's scale of group s */
+                for (int r = 0; r < PK_R; r++) s32[r] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bg + Q4K_SC + 8 * r)));
+                transpose8_epi32(s32, scs);
+                for (int g = 0; g < 8; g++) scs[g] = _mm256_or_si256(scs[g], _mm256_slli_epi32(scs[g], 16));
+            }
+            for (int t = 0; t < nc; t++) isums[t] = _mm256_setzero_si256();
+            for (int g = 0; g < 8; g++) {
+                __m256i wg[8];
+                for (int m = 0; m < 8; m++) wg[m] = w[g][m];
+                const __m256i sc = scs[g];
+                const uint8_t *yq = xi + offsetof(block_q8_K, qs) + 32 * g;
+                for (int t = 0; t < nc; t++, yq += x_stride) {
+                    const int8_t *q8 = (const int8_t *)yq;
+                    __m256i p = _mm256_maddubs_epi16(wg[0], bcast4(q8));
+                    for (int m = 1; m < 8; m++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wg[m], bcast4(q8 + 4 * m)));
+                    isums[t] = _mm256_add_epi32(isums[t], _mm256_madd_epi16(p, sc));
                 }
-                scales8_to_16(bg + Q4K_SC + 8 * r, scv);
-                const uint8_t *yq = xi + offsetof(block_q8_K, qs);
-                for (int t = 0; t < nc; t++, yq += x_stride) isums[t][r] = isum8(q, scv, (const int8_t *)yq);
             }
             const __m256 d8 = _mm256_cvtph_ps(loadu128(bg + Q4K_D));
             const __m256 dmin8 = _mm256_cvtph_ps(loadu128(bg + Q4K_DMIN));
@@ -122,7 +169,6 @@ static void gemm_q4_K_prefill(int64_t K, const uint8_t *group, int n_rows, const
             const uint8_t *yt = xi;
             for (int t = 0; t < nc; t++, yt += x_stride) {
                 const block_q8_K *b = (const block_q8_K *)yt;
-                const __m256i isum = hsum8_i32(isums[t]);
                 /* imin8_k4 with the m vectors hoisted: pair sums pb of the bsums, lane r = Σ_k m·pb */
                 const __m256i pb = _mm256_madd_epi16(loadu256(b->bsums), ones);
                 const __m256i pb16 = _mm256_packs_epi32(pb, pb);
@@ -131,7 +177,7 @@ static void gemm_q4_K_prefill(int64_t K, const uint8_t *group, int n_rows, const
                 imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[2], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(4))));
                 imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[3], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(5))));
                 const __m256 dy = _mm256_set1_ps(b->d);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d8, dy), acc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isums[t]), _mm256_mul_ps(d8, dy), acc[t]);
                 accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin8, dy), accm[t]);
             }
         }
