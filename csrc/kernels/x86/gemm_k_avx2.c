@@ -389,13 +389,27 @@ static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int
     }
 }
 
-/* Q6_K, n_x > 1: gemm_lanes' operations on the same values (8 f32 lanes per (row, token), the same
- * integer lanes, acc = fma(d·dy, lanes, acc) per super-block, hsum at the end), loops reordered:
- * per super-block, row by row over all tokens of the chunk. The 6-bit offset enters as the lanes'
- * start value madd(bsums, -32·sc) (= -(madd(bsums, sc) << 5): |32·sc| <= 4096 fits i16). */
+/* word interleave of two 32-byte vectors: lo = (u.w0, v.w0, u.w2, v.w2, ...), hi = (u.w1, v.w1, u.w3, ...) */
+static ALWAYS_INLINE void pair_words(__m256i u, __m256i v, __m256i *lo, __m256i *hi) {
+    *lo = _mm256_blend_epi16(u, _mm256_slli_epi32(v, 16), 0xAA);
+    *hi = _mm256_blend_epi16(_mm256_srli_epi32(u, 16), v, 0xAA);
+}
+
+/* Q6_K, n_x > 1: gemm_lanes' float operations on the same values (8 f32 lanes per (row, token),
+ * acc = fma(d·dy, lanes, acc) per super-block, hsum at the end) and the same integer lanes (lane k:
+ * Σ_g sc·Σ q·y over elements 4k..4k+3 of each 32-group g, minus 32·(bsums[2k]·sc[2k] +
+ * bsums[2k+1]·sc[2k+1])), computed with fewer multiplies: groups are taken in pairs (g0, g1) =
+ * (2p, 2p+1) with their words interleaved (pair_words) in the quants (per row, once per chunk and
+ * super-block) and in the activations (per token, once per super-block), so that two maddubs summed
+ * in i16 give in i32 lane k the two 4-element sums P(g0, k), P(g1, k) (|P| <= 4·63·128 = 32256:
+ * exact), and one madd by (sc of g0, sc of g1) adds both scaled: 12 multiplies per (row, token,
+ * super-block) instead of 16. The offset enters as the lanes' start value madd(bsums, -32·sc)
+ * (= -(madd(bsums, sc) << 5): |32·sc| <= 4096 fits i16). Loops: per super-block, row by row over
+ * all tokens of the chunk. */
 static void gemm_q6_K_prefill(int64_t K, const uint8_t *group, int n_rows, const uint8_t *x, size_t x_stride,
                               int n_x, float *y, int64_t y_stride) {
     const int64_t nb = K / QK_K;
+    __m256i ys[TC][8]; /* (token, 2p + half): the activations of group pair p, words interleaved, 8 KB */
     for (int c0 = 0; c0 < n_x; c0 += TC) {
         const int nc = n_x - c0 < TC ? n_x - c0 : TC;
         const uint8_t *xc = x + (size_t)c0 * x_stride;
@@ -404,20 +418,32 @@ static void gemm_q6_K_prefill(int64_t K, const uint8_t *group, int n_rows, const
         for (int64_t i = 0; i < nb; i++) {
             const uint8_t *bg = group + i * Q6K_BG;
             const uint8_t *xi = xc + (size_t)i * sizeof(block_q8_K); /* token t's block i: xi + t * x_stride */
+            const uint8_t *yt = xi;
+            for (int t = 0; t < nc; t++, yt += x_stride) {
+                const block_q8_K *b = (const block_q8_K *)yt;
+                for (int p = 0; p < 4; p++) {
+                    pair_words(loadu256(b->qs + 64 * p), loadu256(b->qs + 64 * p + 32), &ys[t][2 * p], &ys[t][2 * p + 1]);
+                }
+            }
             for (int r = 0; r < n_rows; r++) {
-                __m256i q[8], sc[8];
+                __m256i q[8], sc[8], qp[8], scp[4];
                 unpack_row(KQ6, bg, r, q, sc);
+                for (int p = 0; p < 4; p++) {
+                    pair_words(q[2 * p], q[2 * p + 1], &qp[2 * p], &qp[2 * p + 1]);
+                    scp[p] = _mm256_blend_epi16(sc[2 * p], sc[2 * p + 1], 0xAA); /* i16 2k + j: scale of group 2p + j */
+                }
                 const __m256i nsc32 = _mm256_sub_epi16(_mm256_setzero_si256(),
                                                        _mm256_slli_epi16(_mm256_cvtepi8_epi16(loadu128(bg + Q6K_SC + 16 * r)), 5));
                 const float d = f16(((const llmrt_fp16_t *)(bg + Q6K_D))[r]);
-                const uint8_t *yt = xi;
                 __m256 *ac = acc[r];
+                yt = xi;
                 for (int t = 0; t < nc; t++, yt += x_stride) {
                     const block_q8_K *b = (const block_q8_K *)yt;
                     __m256i isum = _mm256_madd_epi16(loadu256(b->bsums), nsc32);
-                    for (int s = 0; s < 8; s++) {
-                        const __m256i p = _mm256_maddubs_epi16(q[s], loadu256(b->qs + 32 * s));
-                        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[s]));
+                    for (int p = 0; p < 4; p++) {
+                        const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(qp[2 * p], ys[t][2 * p]),
+                                                           _mm256_maddubs_epi16(qp[2 * p + 1], ys[t][2 * p + 1]));
+                        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(a, scp[p]));
                     }
                     ac[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * b->d), _mm256_cvtepi32_ps(isum), ac[t]);
                 }
