@@ -15,6 +15,11 @@
  *
  * Speed: a row's quants are unpacked into registers once per super-block and reused for TT
  * activation rows; scales and mins come pre-expanded from the packed layout (no 6-bit unpacking).
+ * Prefill (n_x > 1) of Q4_K and Q6_K has its own loops (gemm_q4_K_prefill, gemm_q6_K_prefill): a
+ * super-block's quants rearranged once per chunk of tokens so that maddubs results of one scale
+ * are summed in i16 before the madd by the scale (exact: the bounds are in their comments), which
+ * cuts the multiplies (the AVX2 bottleneck here) by half (Q4_K) and a quarter (Q6_K) while every
+ * integer and float value stays the GEMV's.
  */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
