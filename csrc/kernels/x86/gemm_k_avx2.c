@@ -80,13 +80,13 @@ static inline __m256i isum8(const __m256i *q, const __m256i *sc, const int8_t *q
     return isum;
 }
 
-/* ---- Q4_K / Q6_K prefill (n_x > 1): each row unpacked once per super-block for TC tokens ------------- */
+/* ---- Q4_K / Q6_K prefill (n_x > 1): quants rearranged once per (chunk of tokens, super-block) --------- */
 
-#define TC 32 /* activation rows per chunk: a row's quants (8 registers) and scales (8 vectors on the
-               * stack) are unpacked once per (chunk, super-block) and used for all TC rows; the
-               * chunk's per-(token, row) integer sums (Q4_K: 8 KB) or accumulators (Q6_K: 8 KB) and
-               * one super-block of its activations (TC x 292 bytes) stay in L1 */
-#define TC4 64 /* Q4_K: activation rows per chunk (3 vectors each on the stack, 6 KB) */
+#define TC 32  /* Q6_K: activation rows per chunk: a row's paired quants and scales are made once per
+                * (chunk, super-block) and used for all TC rows; the accumulators (8 rows x TC vectors,
+                * 8 KB) and one super-block of paired activations (TC x 8 vectors, 8 KB) stay in L1 */
+#define TC4 64 /* Q4_K: activation rows per chunk: the transposed quants (2 KB) are made once per
+                * (chunk, super-block); acc, accm, isums: 3 vectors per activation row, 6 KB */
 
 /* 8 x 8 i32 transpose: o[c] lane r = v[r] lane c */
 static ALWAYS_INLINE void transpose8_epi32(const __m256i *v, __m256i *o) {
@@ -137,7 +137,8 @@ static void gemm_q4_K_prefill(int64_t K, const uint8_t *group, int n_rows, const
         for (int64_t i = 0; i < nb; i++) {
             const uint8_t *bg = group + i * Q4K_BG;
             const uint8_t *xi = xc + (size_t)i * sizeof(block_q8_K); /* token t's block i: xi + t * x_stride */
-            /* padding rows (r >= n_rows) are zero in the group: they give zero lanes, never stored */
+            /* all 8 rows are read (the group always holds 8: rows past the weight are zeros); lanes
+             * r >= n_rows are computed and never stored */
             for (int j = 0; j < 4; j++) { /* bytes 32j.. of each row: groups 2j (low nibbles), 2j + 1 (high) */
                 __m256i lo[PK_R], hi[PK_R];
                 for (int r = 0; r < PK_R; r++) {
