@@ -216,3 +216,25 @@ def test_gemm_kernel_names(isa_level):
                 assert t.name not in gemm  # vdpbf16ps vec_dot: no packed gemm
                 continue
         assert gemm[t.name] == f"{name}_{level}"
+
+
+# Q4_K / Q6_K prefill (gemm_k_avx2.c: n_x > 1 runs in chunks of TC = 32 activation rows): token
+# counts around and past the chunk size, rows that do not fill the last group (M = 13)
+N_X_PREFILL = (4, 9, 31, 32, 33, 65, 70)
+
+
+@pytest.mark.parametrize("n_x", N_X_PREFILL)
+@pytest.mark.parametrize("t", (T.Q4_K, T.Q6_K), ids=lambda v: v.name)
+def test_gemm_prefill_chunks_bit_exact(isa_level, t, n_x, rng):
+    k, m = 768, 13
+    w = random_rows(t, k, m, rng)
+    a = act_rows(t, k, n_x, rng)
+    pw = core.pack_weight(w, int(t), k, m)
+    got = gemm_all(pw, a)
+    want = vec_dot_all(t, w, a, k)
+    assert np.isfinite(want).all() and np.abs(want).max() > 0  # a real comparison
+    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+    assert bad.size == 0, f"{len(bad)} of {want.size} differ, first (j, r) = {tuple(bad[0])}"
+    # each group alone with fewer rows than it holds (n_rows < R): the same bits
+    got5 = pw.gemm(0, a, n_rows=5)
+    assert (got5.view(np.uint32) == want[:, :5].view(np.uint32)).all()

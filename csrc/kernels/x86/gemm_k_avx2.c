@@ -15,6 +15,11 @@
  *
  * Speed: a row's quants are unpacked into registers once per super-block and reused for TT
  * activation rows; scales and mins come pre-expanded from the packed layout (no 6-bit unpacking).
+ * Prefill (n_x > 1) of Q4_K and Q6_K has its own loops (gemm_q4_K_prefill, gemm_q6_K_prefill): a
+ * super-block's quants rearranged once per chunk of tokens so that maddubs results of one scale
+ * are summed in i16 before the madd by the scale (exact: the bounds are in their comments), which
+ * cuts the multiplies (the AVX2 bottleneck here) by half (Q4_K) and a quarter (Q6_K) while every
+ * integer and float value stays the GEMV's.
  */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
@@ -24,6 +29,7 @@
 #include "llmrt/gemm.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "../pack_k.h"
@@ -74,10 +80,130 @@ static inline __m256i isum8(const __m256i *q, const __m256i *sc, const int8_t *q
     return isum;
 }
 
+/* ---- Q4_K / Q6_K prefill (n_x > 1): quants rearranged once per (chunk of tokens, super-block) --------- */
+
+#define TC 32  /* Q6_K: activation rows per chunk: a row's paired quants and scales are made once per
+                * (chunk, super-block) and used for all TC rows; the accumulators (8 rows x TC vectors,
+                * 8 KB) and one super-block of paired activations (TC x 8 vectors, 8 KB) stay in L1 */
+#define TC4 64 /* Q4_K: activation rows per chunk: the transposed quants (2 KB) are made once per
+                * (chunk, super-block); acc, accm, isums: 3 vectors per activation row, 6 KB */
+
+/* 8 x 8 i32 transpose: o[c] lane r = v[r] lane c */
+static ALWAYS_INLINE void transpose8_epi32(const __m256i *v, __m256i *o) {
+    __m256i a[8], b[8];
+    for (int k = 0; k < 4; k++) { /* rows 2k, 2k+1 interleaved: a[2k] columns 0,1 | 4,5; a[2k+1] 2,3 | 6,7 */
+        a[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+        a[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 4h..4h+3: b[4h + c] column c | c + 4 */
+        b[4 * h + 0] = _mm256_unpacklo_epi64(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 1] = _mm256_unpackhi_epi64(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 2] = _mm256_unpacklo_epi64(a[4 * h + 1], a[4 * h + 3]);
+        b[4 * h + 3] = _mm256_unpackhi_epi64(a[4 * h + 1], a[4 * h + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        o[c] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x20);
+        o[c + 4] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x31);
+    }
+}
+
+/* 4 bytes at p in every i32 lane */
+static ALWAYS_INLINE __m256i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Q4_K, n_x > 1: the GEMV's float operations on the same values (acc, accm per token with the 8 rows
+ * in lanes; the integers isum, imin are exact whatever their order), with the rows in the lanes of
+ * the integer work too, so no per-token hsum8 and half the multiplies: per super-block the group's
+ * quants are transposed once per chunk into w[s][m] (lane r: quants 4m..4m+3 of 32-group s of row
+ * r), then for each token and group, 8 maddubs(w[s][m], 4 activation bytes broadcast) are summed in
+ * i16 (|Σ| <= 8·2·15·128 = 30720: exact) and one madd by the group's scales (lane r: row r's)
+ * gives the 8 rows' Σ sc·q·y of the group. */
+static void gemm_q4_K_prefill(int64_t K, const uint8_t *group, int n_rows, const uint8_t *x, size_t x_stride,
+                              int n_x, float *y, int64_t y_stride) {
+    const int64_t nb = K / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i w[8][8]; /* [group s][step m], 2 KB: lane r = quants 32s + 4m .. + 3 of row r (bytes) */
+    __m256i scs[8];  /* [group s]: lane r = row r's scale of group s in both i16 halves */
+    for (int c0 = 0; c0 < n_x; c0 += TC4) {
+        const int nc = n_x - c0 < TC4 ? n_x - c0 : TC4;
+        const uint8_t *xc = x + (size_t)c0 * x_stride;
+        __m256 acc[TC4], accm[TC4]; /* lane r: row r */
+        __m256i isums[TC4];         /* lane r: row r's Σ sc·q·y of the super-block */
+        for (int t = 0; t < nc; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            const uint8_t *bg = group + i * Q4K_BG;
+            const uint8_t *xi = xc + (size_t)i * sizeof(block_q8_K); /* token t's block i: xi + t * x_stride */
+            /* all 8 rows are read (the group always holds 8: rows past the weight are zeros); lanes
+             * r >= n_rows are computed and never stored */
+            for (int j = 0; j < 4; j++) { /* bytes 32j.. of each row: groups 2j (low nibbles), 2j + 1 (high) */
+                __m256i lo[PK_R], hi[PK_R];
+                for (int r = 0; r < PK_R; r++) {
+                    const __m256i q4 = loadu256(bg + Q4K_QS + 128 * r + 32 * j);
+                    lo[r] = _mm256_and_si256(q4, m4);
+                    hi[r] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+                }
+                transpose8_epi32(lo, w[2 * j]);
+                transpose8_epi32(hi, w[2 * j + 1]);
+            }
+            {
+                __m256i s32[PK_R]; /* lane s: row r's scale of group s */
+                for (int r = 0; r < PK_R; r++) s32[r] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bg + Q4K_SC + 8 * r)));
+                transpose8_epi32(s32, scs);
+                for (int g = 0; g < 8; g++) scs[g] = _mm256_or_si256(scs[g], _mm256_slli_epi32(scs[g], 16));
+            }
+            for (int t = 0; t < nc; t++) isums[t] = _mm256_setzero_si256();
+            for (int g = 0; g < 8; g++) {
+                __m256i wg[8];
+                for (int m = 0; m < 8; m++) wg[m] = w[g][m];
+                const __m256i sc = scs[g];
+                const uint8_t *yq = xi + offsetof(block_q8_K, qs) + 32 * g;
+                for (int t = 0; t < nc; t++, yq += x_stride) {
+                    const int8_t *q8 = (const int8_t *)yq;
+                    __m256i p = _mm256_maddubs_epi16(wg[0], bcast4(q8));
+                    for (int m = 1; m < 8; m++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wg[m], bcast4(q8 + 4 * m)));
+                    isums[t] = _mm256_add_epi32(isums[t], _mm256_madd_epi16(p, sc));
+                }
+            }
+            const __m256 d8 = _mm256_cvtph_ps(loadu128(bg + Q4K_D));
+            const __m256 dmin8 = _mm256_cvtph_ps(loadu128(bg + Q4K_DMIN));
+            __m256i mk[4]; /* lane r: (m_r[2k], m_r[2k+1]) as i16 */
+            for (int k = 0; k < 4; k++) mk[k] = _mm256_cvtepu8_epi16(loadu128(bg + Q4K_M + 16 * k));
+            const uint8_t *yt = xi;
+            for (int t = 0; t < nc; t++, yt += x_stride) {
+                const block_q8_K *b = (const block_q8_K *)yt;
+                /* imin8_k4 with the m vectors hoisted: pair sums pb of the bsums, lane r = Σ_k m·pb */
+                const __m256i pb = _mm256_madd_epi16(loadu256(b->bsums), ones);
+                const __m256i pb16 = _mm256_packs_epi32(pb, pb);
+                __m256i imin = _mm256_madd_epi16(mk[0], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(0)));
+                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[1], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(1))));
+                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[2], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(4))));
+                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[3], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(5))));
+                const __m256 dy = _mm256_set1_ps(b->d);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isums[t]), _mm256_mul_ps(d8, dy), acc[t]);
+                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin8, dy), accm[t]);
+            }
+        }
+        for (int t = 0; t < nc; t++) {
+            float out[PK_R];
+            _mm256_storeu_ps(out, _mm256_sub_ps(acc[t], accm[t]));
+            float *yr = y + (int64_t)(c0 + t) * y_stride;
+            for (int r = 0; r < n_rows; r++) yr[r] = out[r];
+        }
+    }
+}
+
 /* ---- Q4_K: rows in lanes ------------------------------------------------------------------------ */
 
 static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
+    if (n_x > 1) {
+        gemm_q4_K_prefill(K, (const uint8_t *)group, n_rows, (const uint8_t *)x, x_stride, n_x, y, y_stride);
+        return;
+    }
     const int64_t nb = K / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int t0 = 0; t0 < n_x; t0 += TT) {
@@ -269,6 +395,73 @@ static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int
     }
 }
 
+/* word interleave of two 32-byte vectors: lo = (u.w0, v.w0, u.w2, v.w2, ...), hi = (u.w1, v.w1, u.w3, ...) */
+static ALWAYS_INLINE void pair_words(__m256i u, __m256i v, __m256i *lo, __m256i *hi) {
+    *lo = _mm256_blend_epi16(u, _mm256_slli_epi32(v, 16), 0xAA);
+    *hi = _mm256_blend_epi16(_mm256_srli_epi32(u, 16), v, 0xAA);
+}
+
+/* Q6_K, n_x > 1: gemm_lanes' float operations on the same values (8 f32 lanes per (row, token),
+ * acc = fma(d·dy, lanes, acc) per super-block, hsum at the end) and the same integer lanes (lane k:
+ * Σ_g sc·Σ q·y over elements 4k..4k+3 of each 32-group g, minus 32·(bsums[2k]·sc[2k] +
+ * bsums[2k+1]·sc[2k+1])), computed with fewer multiplies: groups are taken in pairs (g0, g1) =
+ * (2p, 2p+1) with their words interleaved (pair_words) in the quants (per row, once per chunk and
+ * super-block) and in the activations (per token, once per super-block), so that two maddubs summed
+ * in i16 give in i32 lane k the two 4-element sums P(g0, k), P(g1, k) (|P| <= 4·63·128 = 32256:
+ * exact), and one madd by (sc of g0, sc of g1) adds both scaled: 12 multiplies per (row, token,
+ * super-block) instead of 16. The offset enters as the lanes' start value madd(bsums, -32·sc)
+ * (= -(madd(bsums, sc) << 5): |32·sc| <= 4096 fits i16). Loops: per super-block, row by row over
+ * all tokens of the chunk. */
+static void gemm_q6_K_prefill(int64_t K, const uint8_t *group, int n_rows, const uint8_t *x, size_t x_stride,
+                              int n_x, float *y, int64_t y_stride) {
+    const int64_t nb = K / QK_K;
+    __m256i ys[TC][8]; /* (token, 2p + half): the activations of group pair p, words interleaved, 8 KB */
+    for (int c0 = 0; c0 < n_x; c0 += TC) {
+        const int nc = n_x - c0 < TC ? n_x - c0 : TC;
+        const uint8_t *xc = x + (size_t)c0 * x_stride;
+        __m256 acc[PK_R][TC]; /* (row, token): 8 f32 lanes */
+        for (int r = 0; r < n_rows; r++) for (int t = 0; t < nc; t++) acc[r][t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            const uint8_t *bg = group + i * Q6K_BG;
+            const uint8_t *xi = xc + (size_t)i * sizeof(block_q8_K); /* token t's block i: xi + t * x_stride */
+            const uint8_t *yt = xi;
+            for (int t = 0; t < nc; t++, yt += x_stride) {
+                const block_q8_K *b = (const block_q8_K *)yt;
+                for (int p = 0; p < 4; p++) {
+                    pair_words(loadu256(b->qs + 64 * p), loadu256(b->qs + 64 * p + 32), &ys[t][2 * p], &ys[t][2 * p + 1]);
+                }
+            }
+            for (int r = 0; r < n_rows; r++) {
+                __m256i q[8], sc[8], qp[8], scp[4];
+                unpack_row(KQ6, bg, r, q, sc);
+                for (int p = 0; p < 4; p++) {
+                    pair_words(q[2 * p], q[2 * p + 1], &qp[2 * p], &qp[2 * p + 1]);
+                    scp[p] = _mm256_blend_epi16(sc[2 * p], sc[2 * p + 1], 0xAA); /* i16 2k + j: scale of group 2p + j */
+                }
+                const __m256i nsc32 = _mm256_sub_epi16(_mm256_setzero_si256(),
+                                                       _mm256_slli_epi16(_mm256_cvtepi8_epi16(loadu128(bg + Q6K_SC + 16 * r)), 5));
+                const float d = f16(((const llmrt_fp16_t *)(bg + Q6K_D))[r]);
+                __m256 *ac = acc[r];
+                yt = xi;
+                for (int t = 0; t < nc; t++, yt += x_stride) {
+                    const block_q8_K *b = (const block_q8_K *)yt;
+                    __m256i isum = _mm256_madd_epi16(loadu256(b->bsums), nsc32);
+                    for (int p = 0; p < 4; p++) {
+                        const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(qp[2 * p], ys[t][2 * p]),
+                                                           _mm256_maddubs_epi16(qp[2 * p + 1], ys[t][2 * p + 1]));
+                        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(a, scp[p]));
+                    }
+                    ac[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * b->d), _mm256_cvtepi32_ps(isum), ac[t]);
+                }
+            }
+        }
+        for (int t = 0; t < nc; t++) {
+            float *yr = y + (int64_t)(c0 + t) * y_stride;
+            for (int r = 0; r < n_rows; r++) yr[r] = hsum_ps(acc[r][t]);
+        }
+    }
+}
+
 static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
     gemm_lanes(KQ2, K, group, n_rows, x, x_stride, n_x, y, y_stride);
@@ -283,6 +476,10 @@ static void gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void 
 }
 static void gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
+    if (n_x > 1) {
+        gemm_q6_K_prefill(K, (const uint8_t *)group, n_rows, (const uint8_t *)x, x_stride, n_x, y, y_stride);
+        return;
+    }
     gemm_lanes(KQ6, K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
 
