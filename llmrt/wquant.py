@@ -170,17 +170,21 @@ def rows_f32(data: np.ndarray, type_id: int) -> np.ndarray:
     return np.ascontiguousarray(data, dtype=np.float32)
 
 
-def quantize_tensor(x: np.ndarray, type_id: int, group_size: int, rounding: str = "search") -> np.ndarray:
-    """Group-wise quantize float rows x (rows, k) into (rows, k/32*type_size) uint8 blocks."""
+def quantize_tensor(x: np.ndarray, type_id: int, group_size: int, rounding: str = "search",
+                    importance: Optional[np.ndarray] = None) -> np.ndarray:
+    """Group-wise quantize float rows x (rows, k) into (rows, k/32*type_size) uint8 blocks.
+    importance (k,): per-column weights of the search's squared error (None: all equal)."""
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
     ts = _core.type_traits(type_id)[2]
     out = np.empty((x.shape[0], x.shape[1] // 32 * ts), dtype=np.uint8)
-    _core.wq_quantize_rows(x, out, type_id, group_size, rounding == "search")
+    imp = None if importance is None else np.ascontiguousarray(importance, dtype=np.float32)
+    _core.wq_quantize_rows(x, out, type_id, group_size, rounding == "search", imp)
     return out
 
 
-def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
-                     progress: Optional[bool] = None) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
+def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1, progress: Optional[bool] = None,
+                     importance: Optional[Dict[str, np.ndarray]] = None,
+                     ) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
     """Quantize gguf's matmul weights per cfg. Returns ({name: (blocks uint8, type_id, shape)}
     for the graph (shape in ggml order), a one-line summary for logs). ValueError if a matmul
     weight is already quantized."""
@@ -216,11 +220,14 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
             ts = _core.type_traits(tid)[2]
             blocks = np.empty((rows, k // 32 * ts), dtype=np.uint8)
             src = t.data
+            imp = None if importance is None else importance.get(t.name)
+            if imp is not None:
+                imp = np.ascontiguousarray(imp, dtype=np.float32)
 
-            def work(r0, t=t, src=src, blocks=blocks, tid=tid):
+            def work(r0, t=t, src=src, blocks=blocks, tid=tid, imp=imp):
                 r1 = min(r0 + ROWS_PER_TASK, blocks.shape[0])
                 x = rows_f32(src[r0:r1], t.type)
-                _core.wq_quantize_rows(x, blocks[r0:r1], tid, cfg.group_size, search)
+                _core.wq_quantize_rows(x, blocks[r0:r1], tid, cfg.group_size, search, imp)
                 return r1 - r0
 
             for n in pool.map(work, range(0, rows, ROWS_PER_TASK)):

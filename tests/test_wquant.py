@@ -199,6 +199,74 @@ def test_search_same_blocks_for_private_ids_int8_unchanged(tname, rng):
         np.testing.assert_array_equal(raw, wquant.quantize_tensor(x, tid, 64, rounding="minmax"))
 
 
+def _weighted_group_err(x, raw, layout, group, w):
+    """sum_j w_j (x_j - xq_j)^2 per group: (rows, k / group), float64."""
+    v = quants.dequantize(raw, layout).reshape(x.shape).astype(np.float64)
+    e = w.astype(np.float64)[None, :] * (v - x.astype(np.float64)) ** 2
+    g = x.shape[1] if group == -1 else group
+    return e.reshape(x.shape[0], x.shape[1] // g, g).sum(axis=2)
+
+
+def _importance(rng, k):
+    """Per-column importance as activations give it: log-normal over ~3 decades, a few columns
+    100x the rest (the outlier channels of real models), some zero."""
+    w = np.exp(rng.normal(0, 1.5, k)).astype(F32)
+    w[rng.choice(k, 4, replace=False)] *= 100
+    w[rng.choice(k, 3, replace=False)] = 0
+    return w
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: f"g{g}")
+@pytest.mark.parametrize("layout", ["Q4_0", "Q4_1"])
+def test_weighted_search_equal_weights_is_unweighted(layout, group, rng):
+    """Weights all equal to 1 (or 4: a power of two scales every weighted sum exactly) give
+    the bytes of the unweighted search, bit for bit."""
+    x = _test_groups(rng, 24, 384)
+    tid = quants.type_id(layout)
+    want = wquant.quantize_tensor(x, tid, group)
+    for c in (1.0, 4.0):
+        got = wquant.quantize_tensor(x, tid, group, importance=np.full(x.shape[1], c, F32))
+        np.testing.assert_array_equal(got, want)
+
+
+# The weighted search's gain over min/max in weighted error, mean over the gaussian rows' groups,
+# measured (seed 1234): Q4_1 0.56-0.63, Q4_0 0.64-0.69 by group size, while the unweighted
+# search scores 0.85-1.09 on that weighted error. A search that ignored the weights would fail.
+WSEARCH_GAIN_MAX = 0.80
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: f"g{g}")
+@pytest.mark.parametrize("layout", ["Q4_0", "Q4_1"])
+def test_weighted_search_never_worse_than_minmax(layout, group, rng):
+    """Per group, the weighted error of the weighted search is never larger than min/max's,
+    and lower than the unweighted search's on average (it optimizes what it is scored on)."""
+    x = _test_groups(rng, 48, 384)
+    w = _importance(rng, x.shape[1])
+    tid = quants.type_id(layout)
+    mm = _weighted_group_err(x, wquant.quantize_tensor(x, tid, group, rounding="minmax"), layout, group, w)
+    un = _weighted_group_err(x, wquant.quantize_tensor(x, tid, group), layout, group, w)
+    raw = wquant.quantize_tensor(x, tid, group, importance=w)
+    we = _weighted_group_err(x, raw, layout, group, w)
+    assert (we <= mm * (1 + 1e-12) + 1e-30).all(), np.argwhere(we > mm * (1 + 1e-12) + 1e-30)[:5]
+    assert we[4:6].sum() == 0                       # constant and zero rows stay exact
+    assert (we[6:] / mm[6:]).mean() < WSEARCH_GAIN_MAX
+    assert we[6:].sum() < un[6:].sum()
+    # min/max ignores the weights
+    np.testing.assert_array_equal(
+        wquant.quantize_tensor(x, tid, group, rounding="minmax", importance=w),
+        wquant.quantize_tensor(x, tid, group, rounding="minmax"))
+
+
+def test_weighted_search_bad_weights_raise(rng):
+    x = _test_groups(rng, 8, 64)
+    tid = quants.type_id("Q4_1")
+    for bad, msg in ((np.ones(32, F32), "one value per column"),
+                     (np.full(64, -1.0, F32), "finite and >= 0"),
+                     (np.full(64, np.nan, F32), "finite and >= 0")):
+        with pytest.raises(ValueError, match=msg):
+            wquant.quantize_tensor(x, tid, 32, importance=bad)
+
+
 # ---- kernels of the private types ----------------------------------------------------------------
 
 # f32 sums of n products in two different orders: |error| <= n * eps * sum|terms| is the bound;
