@@ -109,6 +109,15 @@ static inline int q4_of(int layout, float x, const wq_params *p) {
 #define WQ_NSTEP 8
 #define WQ_T0 (-1.0f)
 #define WQ_TSTEP 0.5f
+/* The weighted search's grid (tunable for measurements: llmrt_wq_set_weighted_grid). */
+static float wq_w_t0 = -1.0f, wq_w_tstep = 0.5f;
+static int wq_w_nstep = 8;
+
+void llmrt_wq_set_weighted_grid(float t0, float tstep, int nstep) {
+    if (nstep >= 0 && nstep <= 256 && isfinite(t0) && isfinite(tstep)) {
+        wq_w_t0 = t0, wq_w_tstep = tstep, wq_w_nstep = nstep;
+    }
+}
 #define WQ_NITER 4
 
 typedef struct { double sl, sll, slx; } lsums;  /* sum L, sum L^2, sum L x over a group */
@@ -329,8 +338,9 @@ static void search_q4(int layout, const float *x, const float *w, int64_t n, wq_
     lsums rs[2];
     int nbest = 0;
     for (int fam = 0; fam < nfam; fam++) {
-        for (int is = 0; is <= WQ_NSTEP; is++) {
-            const float t = WQ_T0 + WQ_TSTEP * (float)is;
+        const int nstep = w == NULL ? WQ_NSTEP : wq_w_nstep;
+        for (int is = 0; is <= nstep; is++) {
+            const float t = w == NULL ? WQ_T0 + WQ_TSTEP * (float)is : wq_w_t0 + wq_w_tstep * (float)is;
             float iscale;
             if (layout == LLMRT_TYPE_Q4_0) {
                 iscale = fam == 0 ? -(8.0f + t) / vmax : (7.0f + t) / vmax;

@@ -87,3 +87,4 @@ cdef extern from "llmrt/llmrt.h" nogil:
     int llmrt_wq_quantize_row_w(const float *x, const float *w, void *y, int64_t k, int type, int64_t group,
                                 int rounding)
     int llmrt_wq_layout(int type)
+    void llmrt_wq_set_weighted_grid(float t0, float tstep, int nstep)

@@ -115,6 +115,11 @@ def wq_quantize_rows(const float[:, ::1] x,     # IN  (rows, k) floats
         raise ValueError(f"[wq_quantize] {tt.name.decode()} is not a weight-only type (status {rc})")
 
 
+def wq_set_weighted_grid(float t0, float tstep, int nstep):
+    """The weighted int4 search's candidate grid (csrc/wquant.c; for measurements)."""
+    llmrt_wq_set_weighted_grid(t0, tstep, nstep)
+
+
 def wq_layout(int type_id):
     """The GGUF block layout id a private weight-only type shares (the id itself for others)."""
     return llmrt_wq_layout(type_id)

@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -66,8 +66,11 @@ class _Eager:
     """The Graph builder's methods (cysrc/graph.pxi), evaluated at once in numpy. Activations
     are numpy arrays with the token axis FIRST: ggml [ne0, ne1, n] is numpy (n, ne1, ne0)."""
 
-    def __init__(self, ids, skip):
+    def __init__(self, ids, skip, keep=(), bar=None):
+        self.bar = bar                         # a Progress, one step per mul_mat
         self.ids = np.asarray(ids, dtype=np.int64)
+        self.keep = set(keep)                  # weight names whose inputs are kept (n, K)
+        self.inputs: Dict[str, np.ndarray] = {}
         self.n = len(self.ids)
         self.skip = skip                       # weight names whose mul_mat is not computed
         self.sq: Dict[str, np.ndarray] = {}    # name -> sum over tokens of a^2 (K,) float64
@@ -84,7 +87,9 @@ class _Eager:
         return np.array([self.n - 1])
 
     def get_rows(self, w, tok):
-        return _rows_f32(w.t)[tok].astype(np.float32)
+        t = w.t
+        rows = np.asarray(t.data)[tok]
+        return (rows.astype(np.uint32) << 16).view(np.float32) if t.type == 30 else rows.astype(np.float32)
 
     def get_rows_f32(self, x, rows):
         return None if x is None else x[rows]
@@ -107,6 +112,10 @@ class _Eager:
         s = np.einsum("nk,nk->k", x2, x2, dtype=np.float64)
         self.sq[w.name] = s if acc is None else acc + s
         self.count[w.name] = self.count.get(w.name, 0) + x2.shape[0]
+        if w.name in self.keep:
+            self.inputs[w.name] = x2.copy()
+        if self.bar is not None:
+            self.bar.update(1)
         if w.name in self.skip:
             return None
         return x2 @ _rows_f32(w.t).T
@@ -165,14 +174,18 @@ class _Eager:
         self.output = y
 
 
-def calibrate(gguf, family, hparams, ids, skip=()) -> Dict[str, np.ndarray]:
+def calibrate(gguf, family, hparams, ids, skip=(), progress: Optional[bool] = None) -> Dict[str, np.ndarray]:
     """E[a_j^2] at the input of every matmul weight over one forward pass of `ids` (the model's
     graph, evaluated eagerly in numpy): {weight name: float32 (K,)}. `skip`: weight names whose
     product is not computed (the output head: nothing reads its result)."""
+    from llmrt.progress import Progress
     t0 = time.perf_counter()
-    g = _Eager(ids, set(skip))
-    with np.errstate(over="ignore", under="ignore"):
-        family.build_graph(g, hparams, _Weights(gguf), None, True)
+    n_mm = sum(1 for n, t in gguf.tensors.items() if len(t.shape) == 2 and n != "token_embd.weight")
+    n_mm += "output.weight" not in gguf.tensors          # the tied head reads token_embd
+    with Progress(total=n_mm, desc="calibrating", unit="matmuls", enabled=progress) as bar:
+        g = _Eager(ids, set(skip), bar=bar)
+        with np.errstate(over="ignore", under="ignore"):
+            family.build_graph(g, hparams, _Weights(gguf), None, True)
     out = {name: (s / max(1, g.count[name])).astype(np.float32) for name, s in g.sq.items()}
     log.info("llmrt: calibration pass: %d tokens, %d matmul inputs in %.2f s", len(ids), len(out),
              time.perf_counter() - t0)
@@ -195,3 +208,21 @@ def norm_importance(gguf) -> Dict[str, np.ndarray]:
             if wn in gguf.tensors:
                 out[wn] = g2
     return out
+
+
+def calibration_ids(tokenizer, n_tokens: int = CALIB_TOKENS) -> list:
+    """The first n_tokens tokens of CALIB_TEXT (with the model's BOS if it adds one)."""
+    with open(CALIB_TEXT, encoding="utf-8") as fh:
+        text = fh.read()
+    return list(tokenizer.encode(text, add_special=True, parse_special=False))[:n_tokens]
+
+
+def model_importance(gguf, family, hparams, tokenizer, output_name: str,
+                     progress: Optional[bool] = None) -> Optional[Dict[str, np.ndarray]]:
+    """The calibration pass of a model about to be quantized at load: {weight name: E[a^2]}, or
+    None (logged) when the model has no tokenizer to encode the calibration text."""
+    if tokenizer is None:
+        log.warning("llmrt: no tokenizer: int4 rounding without calibration (unweighted search)")
+        return None
+    ids = calibration_ids(tokenizer)
+    return calibrate(gguf, family, hparams, ids, skip={output_name}, progress=progress)

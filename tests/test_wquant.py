@@ -438,7 +438,7 @@ def test_tied_token_embd_is_quantized(tmp_path):
     (dict(weight_dtype="int8", compute_dtype="fp16"), "compute_dtype must be one of int8, fp32, bf16"),
     (dict(group_size=64), "group_size needs weight_dtype"),
     (dict(scheme="asym", compute_dtype="fp32"), "scheme, compute_dtype needs weight_dtype"),
-    (dict(weight_dtype="int4", rounding="gptq"), "rounding must be one of search, minmax"),
+    (dict(weight_dtype="int4", rounding="gptq"), "rounding must be one of imatrix, search, minmax"),
     (dict(quantize_output=True), "quantize_output needs weight_dtype"),
 ])
 def test_invalid_knobs(kw, match):
@@ -449,7 +449,7 @@ def test_invalid_knobs(kw, match):
 def test_defaults():
     c = wquant.make_config("int4")
     assert (c.group_size, c.scheme, c.compute_dtype, c.type_name) == (32, "sym", "int8", "Q4_0")
-    assert (c.rounding, c.quantize_output, c.output_type_name) == ("search", False, "Q8_0")
+    assert (c.rounding, c.quantize_output, c.output_type_name) == ("imatrix", False, "Q8_0")
     assert wquant.make_config(None) is None
 
 

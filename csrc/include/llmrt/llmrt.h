@@ -253,6 +253,9 @@ int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t 
  * min/max ignores w. All-1 weights give exactly the bytes of the unweighted search. */
 int llmrt_wq_quantize_row_w(const float *x, const float *w, void *y, int64_t k, int type, int64_t group,
                             int rounding);
+/* The weighted search's candidate grid: inverse scales (nmax + t0 + tstep * i) / range,
+ * i = 0..nstep (default -1, 0.5, 8, as the unweighted search); for measurements. */
+void llmrt_wq_set_weighted_grid(float t0, float tstep, int nstep);
 /* The GGUF block layout a private type shares (Q4_0, Q4_1, Q8_0 or WQ_Q8A); the type itself
  * for the others. */
 int llmrt_wq_layout(int type);
