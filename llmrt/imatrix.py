@@ -107,7 +107,7 @@ class _Eager:
         return None if a is None else a * np.float32(s)
 
     def mul_mat(self, w, x):
-        x2 = x.reshape(x.shape[0], -1)
+        x2 = np.ascontiguousarray(x.reshape(x.shape[0], -1), dtype=np.float32)
         acc = self.sq.get(w.name)
         s = np.einsum("nk,nk->k", x2, x2, dtype=np.float64)
         self.sq[w.name] = s if acc is None else acc + s
@@ -144,9 +144,11 @@ class _Eager:
         n, hq, _ = q.shape
         hkv = k.shape[1]
         rep = hq // hkv
-        kk = np.repeat(k, rep, axis=1).transpose(1, 2, 0)          # (hq, d, n)
-        vv = np.repeat(v, rep, axis=1).transpose(1, 0, 2)          # (hq, n, dv)
-        sc = (q.transpose(1, 0, 2) @ kk) * np.float32(scale)       # (hq, n, n)
+        # contiguous operands: numpy's matmul on strided stacks is a slow non-BLAS loop
+        qq = np.ascontiguousarray(q.transpose(1, 0, 2))                          # (hq, n, d)
+        kk = np.ascontiguousarray(np.repeat(k, rep, axis=1).transpose(1, 2, 0))  # (hq, d, n)
+        vv = np.ascontiguousarray(np.repeat(v, rep, axis=1).transpose(1, 0, 2))  # (hq, n, dv)
+        sc = (qq @ kk) * np.float32(scale)                                       # (hq, n, n)
         if softcap > 0:
             sc = softcap * np.tanh(sc / softcap)
         i, j = np.arange(n)[:, None], np.arange(n)[None, :]

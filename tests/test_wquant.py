@@ -475,20 +475,21 @@ MODEL_DIR = os.environ.get("LLMRT_MODEL_DIR", "/work/models")
 REAL = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf"}
 PPL_CTX, PPL_TOKENS = 128, 512     # 4 chunks of 128, 256 scored tokens: about a minute per model
 # Issue 4's done-when: int8 within 0.5 %, int4 asym group 32 within 3 % of the F16 model's
-# perplexity. Measured here (ctx 128, 512 tokens; SmolLM2 also at 2048 tokens; int4 with the
-# defaults: rounding search, output head int8) -- NOT all met:
-#   config (group 32)       SmolLM2 512 / 2048 tok    Gemma 3 270M 512 tok
+# perplexity. Measured here (ctx 128, 512 tokens; also at 2048 tokens; int4 with the defaults:
+# rounding imatrix = calibration pass + weighted search, output head int8) -- NOT all met:
+#   config (group 32)       SmolLM2 512 / 2048 tok    Gemma 3 270M 512 / 2048 tok
 #   int8 asym, int8         +0.10 / +0.07 %           -0.08 %
 #   int8 sym, fp32          +0.38 / +0.29 %           (not run)
 #   int8 sym, int8          +0.93 / +0.84 %           -0.13 %   llama.cpp's own Q8_0 of the same
 #                                                               F16: +0.54 % on SmolLM2 (2048 tok)
-#   int4 asym, int8         -0.75 / -0.06 %           +7.43 %   min/max with the head int4 (last
-#                                                               session): SmolLM2 +13.7 / +8.1 %,
-#                                                               Gemma +21.6 %; llama.cpp's own Q4_1
-#                                                               of the Gemma F16: +19.1 %
-# int4 misses 3 % on Gemma: its F16 weights came from Q4_K/Q5_0/Q6_K/Q8_0 blocks, which 4-bit
-# groups of 32 cannot hold (README, Weight-only quantization). The bounds below are the
-# measurements with a margin, so a regression fails; the done-when bounds are the ones marked.
+#   int4 asym, int8         +0.69 / +0.23 %        +5.39 / +4.47 %
+#     rounding search       -0.75 / -0.06 %           +8.91 / +14.06 % (no calibration pass)
+#     min/max, head int4    +13.7 / +8.1 %            +21.6 / +25.3 %  (llama.cpp's own Q4_1 of
+#                                                               the Gemma F16: +19.1 %, 512 tok)
+# int4 misses 3 % on Gemma: its F16 weights are dequantized Q5_0 (ffn_gate/up, attn_q/k/v) and
+# Q6_K (half of ffn_down) blocks, 32- and 64-level grids that 16 levels per group of 32 cannot
+# hold (README, Weight-only quantization). The bounds below are the measurements with a margin,
+# so a regression fails; the done-when bounds are the ones marked.
 PPL_RTOL = {
     "smollm2": {("int8", "asym", "int8"): 0.005,       # done-when
                 ("int8", "sym", "fp32"): 0.005,        # done-when
@@ -496,7 +497,7 @@ PPL_RTOL = {
                 ("int4", "asym", "int8"): 0.03},       # done-when
     "gemma3": {("int8", "asym", "int8"): 0.005,        # done-when
                ("int8", "sym", "int8"): 0.005,         # done-when
-               ("int4", "asym", "int8"): 0.10},
+               ("int4", "asym", "int8"): 0.07},
 }
 
 
