@@ -109,16 +109,22 @@ static inline int q4_of(int layout, float x, const wq_params *p) {
 #define WQ_NSTEP 8
 #define WQ_T0 (-1.0f)
 #define WQ_TSTEP 0.5f
-/* The weighted search's grid (tunable for measurements: llmrt_wq_set_weighted_grid). */
-static float wq_w_t0 = -1.0f, wq_w_tstep = 0.5f;
-static int wq_w_nstep = 8;
+#define WQ_NITER 4
+
+/* The weighted search's grid: the same by default. Settable for measurements only
+ * (llmrt_wq_set_weighted_grid; process-wide, not while a quantization runs): 25 candidates from
+ * nmax - 3 to nmax + 3 in steps of 1/4 measured +4.28 % vs +4.47 % perplexity on Gemma 3 270M
+ * (README) for 1.8x the search time. */
+static float wq_w_t0 = WQ_T0, wq_w_tstep = WQ_TSTEP;
+static int wq_w_nstep = WQ_NSTEP;
 
 void llmrt_wq_set_weighted_grid(float t0, float tstep, int nstep) {
-    if (nstep >= 0 && nstep <= 256 && isfinite(t0) && isfinite(tstep)) {
+    /* keep every candidate's inverse scale positive and its quants well inside int range */
+    if (nstep >= 0 && nstep <= 256 && isfinite(t0) && isfinite(tstep) && t0 > -7.0f &&
+        t0 + tstep * (float)nstep > -7.0f && t0 < 16.0f && t0 + tstep * (float)nstep < 16.0f) {
         wq_w_t0 = t0, wq_w_tstep = tstep, wq_w_nstep = nstep;
     }
 }
-#define WQ_NITER 4
 
 typedef struct { double sl, sll, slx; } lsums;  /* sum L, sum L^2, sum L x over a group */
 
@@ -317,7 +323,7 @@ static void search_q4(int layout, const float *x, const float *w, int64_t n, wq_
     if (!isfinite(sxx) || !isfinite(sx) || !(sw > 0.0) || !isfinite(sw) || !(hi > lo) ||
         !isfinite(hi - lo)) {
         return;     /* inf / NaN, no weight, or constant: keep min/max */
-    }  /* inf / NaN, or constant: keep min/max */
+    }
     /* the value of largest |x| (first such, as group_params found it): d = vmax / -8 exactly */
     const float vmax = layout == LLMRT_TYPE_Q4_0 ? p->d * -8.0f : 0.0f;
     lsums s;

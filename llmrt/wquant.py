@@ -185,6 +185,20 @@ def quantize_tensor(x: np.ndarray, type_id: int, group_size: int, rounding: str 
     return out
 
 
+def _importance_of(importance, name: str, k: int) -> Optional[np.ndarray]:
+    """The search's per-column weights of `name` (k,), scaled to mean 1 (the weighted error's
+    minimum does not depend on the scale; this keeps the C sums in range), or None (unweighted)
+    when there are none, or they are not finite / all zero."""
+    v = None if importance is None else importance.get(name)
+    if v is None:
+        return None
+    v = np.asarray(v, dtype=np.float64).reshape(-1)
+    if v.shape[0] != k or not np.isfinite(v).all() or (v < 0).any() or not v.max() > 0:
+        log.warning("llmrt: %s: unusable importance weights: unweighted search", name)
+        return None
+    return np.ascontiguousarray(v / v.mean(), dtype=np.float32)
+
+
 def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1, progress: Optional[bool] = None,
                      importance: Optional[Dict[str, np.ndarray]] = None,
                      ) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
@@ -223,9 +237,7 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1, progress: Optional
             ts = _core.type_traits(tid)[2]
             blocks = np.empty((rows, k // 32 * ts), dtype=np.uint8)
             src = t.data
-            imp = None if importance is None else importance.get(t.name)
-            if imp is not None:
-                imp = np.ascontiguousarray(imp, dtype=np.float32)
+            imp = _importance_of(importance, t.name, k)
 
             def work(r0, t=t, src=src, blocks=blocks, tid=tid, imp=imp):
                 r1 = min(r0 + ROWS_PER_TASK, blocks.shape[0])

@@ -267,6 +267,21 @@ def test_weighted_search_bad_weights_raise(rng):
             wquant.quantize_tensor(x, tid, 32, importance=bad)
 
 
+def test_importance_scaled_to_mean_1_or_dropped(caplog):
+    """quantize_weights' per-tensor weights: scaled to mean 1; unusable ones (NaN, inf from an
+    overflowing calibration pass, all zero, wrong length) fall back to the unweighted search
+    with a warning instead of failing the load."""
+    v = wquant._importance_of({"w": np.array([1.0, 3.0, 0.0, 4.0], F32)}, "w", 4)
+    np.testing.assert_array_equal(v, np.array([0.5, 1.5, 0.0, 2.0], F32))
+    assert wquant._importance_of(None, "w", 4) is None
+    assert wquant._importance_of({"x": np.ones(4, F32)}, "w", 4) is None
+    for bad in (np.array([1, np.nan, 1, 1], F32), np.array([1, np.inf, 1, 1], F32), np.zeros(4, F32),
+                np.ones(3, F32), np.array([1, -1, 1, 1], F32)):
+        with caplog.at_level("WARNING", logger="llmrt"):
+            assert wquant._importance_of({"w": bad}, "w", 4) is None
+    assert sum("unusable importance" in r.getMessage() for r in caplog.records) == 5
+
+
 # ---- kernels of the private types ----------------------------------------------------------------
 
 # f32 sums of n products in two different orders: |error| <= n * eps * sum|terms| is the bound;
