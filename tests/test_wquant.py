@@ -497,7 +497,7 @@ PPL_CTX, PPL_TOKENS = 128, 512     # 4 chunks of 128, 256 scored tokens: about a
 #   int8 sym, fp32          +0.38 / +0.29 %           (not run)
 #   int8 sym, int8          +0.93 / +0.84 %           -0.13 %   llama.cpp's own Q8_0 of the same
 #                                                               F16: +0.54 % on SmolLM2 (2048 tok)
-#   int4 asym, int8         +0.69 / +0.23 %        +5.39 / +4.47 %
+#   int4 asym, int8         +0.22 / +0.20 %        +5.76 / +4.33 %
 #     rounding search       -0.75 / -0.06 %           +8.91 / +14.06 % (no calibration pass)
 #     min/max, head int4    +13.7 / +8.1 %            +21.6 / +25.3 %  (llama.cpp's own Q4_1 of
 #                                                               the Gemma F16: +19.1 %, 512 tok)
