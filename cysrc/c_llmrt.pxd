@@ -85,4 +85,7 @@ cdef extern from "llmrt/llmrt.h" nogil:
         LLMRT_WQ_MINMAX
         LLMRT_WQ_SEARCH
     int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group, int rounding)
+    int llmrt_wq_quantize_row_w(const float *x, const float *w, void *y, int64_t k, int type, int64_t group,
+                                int rounding)
     int llmrt_wq_layout(int type)
+    void llmrt_wq_set_weighted_grid(float t0, float tstep, int nstep)

@@ -81,11 +81,12 @@ def has_kernel(str table, int type_id):
 
 def wq_quantize_rows(const float[:, ::1] x,     # IN  (rows, k) floats
                      uint8_t[:, ::1] out,       # OUT (rows, k / 32 * type_size) blocks
-                     int type_id, int64_t group, bint search=True):
+                     int type_id, int64_t group, bint search=True,
+                     const float[::1] weights=None):  # IN  (k,) importance per column, or None
     """Group-wise weight-only quantization (csrc/wquant.c) of each row of x into `type_id` blocks
     (Q4_0, Q4_1, Q8_0, WQ_Q8A or their private _F32/_BF16 ids); group <= 0: one group per row.
-    search: int4 scales (and mins) searched for the least squared error; False: min/max, as
-    ggml's reference quantizer."""
+    search: int4 scales (and mins) searched for the least squared error (weighted by `weights`,
+    finite and >= 0, when given); False: min/max, as ggml's reference quantizer."""
     cdef const llmrt_type_traits *tt = llmrt_type_traits_get(type_id)
     if tt == NULL or tt.blck_size != 32:
         raise ValueError(f"[wq_quantize] unsupported type id {type_id}")
@@ -94,15 +95,29 @@ def wq_quantize_rows(const float[:, ::1] x,     # IN  (rows, k) floats
         raise ValueError(f"[wq_quantize] shapes do not match: x {(rows, k)}, out {(out.shape[0], out.shape[1])}")
     if group > 0 and group % 32 != 0:
         raise ValueError(f"[wq_quantize] group size must be a multiple of 32 or -1, got {group}")
+    cdef const float *w = NULL
+    if weights is not None:
+        if weights.shape[0] != k:
+            raise ValueError(f"[wq_quantize] weights must have one value per column ({k}), got {weights.shape[0]}")
+        wa = np.asarray(weights)
+        if not (np.isfinite(wa).all() and (wa >= 0).all()):
+            raise ValueError("[wq_quantize] weights must be finite and >= 0")
+        if k > 0:
+            w = &weights[0]
     cdef int rc = 0
     cdef int rounding = LLMRT_WQ_SEARCH if search else LLMRT_WQ_MINMAX
     with nogil:
         for r in range(rows):
-            rc = llmrt_wq_quantize_row(&x[r, 0], &out[r, 0], k, type_id, group, rounding)
+            rc = llmrt_wq_quantize_row_w(&x[r, 0], w, &out[r, 0], k, type_id, group, rounding)
             if rc != 0:
                 break
     if rc != 0:
         raise ValueError(f"[wq_quantize] {tt.name.decode()} is not a weight-only type (status {rc})")
+
+
+def wq_set_weighted_grid(float t0, float tstep, int nstep):
+    """The weighted int4 search's candidate grid (csrc/wquant.c; for measurements)."""
+    llmrt_wq_set_weighted_grid(t0, tstep, nstep)
 
 
 def wq_layout(int type_id):

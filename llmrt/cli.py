@@ -174,9 +174,10 @@ _WQ_OPTIONS = [
                  help="Symmetric (scale) or asymmetric (scale + min) groups [sym]."),
     click.option("--compute-dtype", type=click.Choice(["int8", "fp32", "bf16"]), default=None,
                  help="Activations in the matmuls: int8 blocks, f32, or rounded to bf16 [int8]."),
-    click.option("--rounding", type=click.Choice(["search", "minmax"]), default=None,
-                 help="int4 scales: searched for the least error, or min/max as ggml's "
-                      "reference quantizer [search]."),
+    click.option("--rounding", type=click.Choice(["imatrix", "search", "minmax"]), default=None,
+                 help="int4 scales: searched for the least error weighted by a calibration "
+                      "pass's activations (imatrix), unweighted (search), or min/max as ggml's "
+                      "reference quantizer [imatrix]."),
     click.option("--quantize-output/--no-quantize-output", default=None,
                  help="int4: quantize the output head to int4 too (default: it is kept int8)."),
 ]

@@ -267,7 +267,8 @@ class Model:
     Weight-only quantization at load (F32/F16/BF16 models; llmrt/wquant.py): weight_dtype
     "int4" | "int8" turns it on; group_size 32 | 64 | 128 | -1 (per channel; default 32),
     scheme "sym" | "asym" (default sym), compute_dtype "int8" | "fp32" | "bf16" (default int8),
-    rounding "search" | "minmax" (int4 scales; default search), quantize_output (int4: the
+    rounding "imatrix" | "search" | "minmax" (int4 scales; default imatrix: a calibration pass,
+    then the importance-weighted search), quantize_output (int4: the
     output head int4 too; default False: int8). weight_dtype on an already-quantized model
     raises ValueError."""
 
@@ -317,7 +318,13 @@ class Model:
         self._replaced, self.wq_summary = {}, ""
         if self.wq is not None:
             from llmrt import wquant
-            self._replaced, self.wq_summary = wquant.quantize_weights(self.gguf, self.wq, self.n_threads)
+            imp = None
+            if self.wq.weight_dtype == "int4" and self.wq.rounding == "imatrix":
+                from llmrt import imatrix
+                imp = imatrix.model_importance(self.gguf, self.family, self.hparams, self.tokenizer,
+                                               wquant.output_weight_name(self.gguf.tensors))
+            self._replaced, self.wq_summary = wquant.quantize_weights(self.gguf, self.wq, self.n_threads,
+                                                                      importance=imp)
         self._all_logits_batch = max(1, min(N_BATCH, ALL_LOGITS_BATCH_BYTES // (4 * self.n_vocab)))
         log.info("llmrt: %s: arch %s, %d layers, n_embd %d, vocab %d; ISA %s, %d threads, kv cache %s",
                  os.path.basename(self.path), self.arch, self.hparams.n_layer, self.hparams.n_embd,

@@ -14,10 +14,13 @@ when weight_dtype is int4, as llama.cpp never gives it 4 bits (Q6_K / Q8_0 in
 llama_tensor_get_type): int4 on the head costs most of int4's perplexity on small models
 (README, Weight-only quantization). quantize_output=True gives it int4 too.
 
-rounding "search" (default): each int4 group's scale (and min) is searched to minimize its squared
-error (csrc/wquant.c: candidate scales, least-squares refit), never worse than min/max; "minmax":
-ggml's reference quantizer (group 32: its exact bytes, the same as `llmrt quantize`). int8 is
-always min/max (its rounding error is already small).
+rounding "imatrix" (default): a calibration pass first (llmrt/imatrix.py: the F16 model run once
+over CALIB_TOKENS tokens of a built-in text, E[a_j^2] at every matmul input), then each int4
+group's scale (and min) is searched to minimize its importance-weighted squared error
+sum_j E[a_j^2] (x_j - q_j)^2 (csrc/wquant.c: candidate scales, least-squares refit), never worse
+than min/max under that error; "search": the same search, unweighted (no calibration pass);
+"minmax": ggml's reference quantizer (group 32: its exact bytes, the same as `llmrt quantize`).
+int8 is always min/max (its rounding error is already small).
 
     weight_dtype  scheme   compute int8         compute fp32 / bf16
     int4          sym      Q4_0  (x Q8_0)       WQ_Q4_0_F32 / WQ_Q4_0_BF16
@@ -57,7 +60,7 @@ log = logging.getLogger("llmrt")
 WEIGHT_DTYPES = ("int4", "int8")
 GROUP_SIZES = (32, 64, 128, -1)
 SCHEMES = ("sym", "asym")
-ROUNDINGS = ("search", "minmax")
+ROUNDINGS = ("imatrix", "search", "minmax")
 COMPUTE_DTYPES = ("int8", "fp32", "bf16")
 FLOAT_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
 
@@ -78,7 +81,7 @@ class WQConfig:
     group_size: int                 # 32 | 64 | 128 | -1 (per output channel)
     scheme: str                     # sym | asym
     compute_dtype: str              # int8 | fp32 | bf16
-    rounding: str = "search"        # search | minmax (int4 scales; int8 is always min/max)
+    rounding: str = "imatrix"       # imatrix | search | minmax (int4 scales; int8: min/max)
     quantize_output: bool = False   # int4: the output head int4 too (else int8)
 
     @property
@@ -108,7 +111,7 @@ def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = 
                 rounding: Optional[str] = None,
                 quantize_output: Optional[bool] = None) -> Optional[WQConfig]:
     """Validate the knobs. None when weight_dtype is None (no quantization at load); defaults
-    group 32, sym, int8 compute (DESIGN.md §3), search rounding, output head int8.
+    group 32, sym, int8 compute (DESIGN.md §3), imatrix rounding, output head int8.
     ValueError naming the allowed values."""
     if weight_dtype is None:
         given = [n for n, v in (("group_size", group_size), ("scheme", scheme),
@@ -132,7 +135,7 @@ def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = 
                          f"(-1: per output channel), got {group_size!r}")
     sc = _choice("scheme", scheme, "sym", SCHEMES)
     cd = _choice("compute_dtype", compute_dtype, "int8", COMPUTE_DTYPES)
-    rd = _choice("rounding", rounding, "search", ROUNDINGS)
+    rd = _choice("rounding", rounding, "imatrix", ROUNDINGS)
     return WQConfig(wd, gs, sc, cd, rd, bool(quantize_output))
 
 
@@ -170,17 +173,35 @@ def rows_f32(data: np.ndarray, type_id: int) -> np.ndarray:
     return np.ascontiguousarray(data, dtype=np.float32)
 
 
-def quantize_tensor(x: np.ndarray, type_id: int, group_size: int, rounding: str = "search") -> np.ndarray:
-    """Group-wise quantize float rows x (rows, k) into (rows, k/32*type_size) uint8 blocks."""
+def quantize_tensor(x: np.ndarray, type_id: int, group_size: int, rounding: str = "search",
+                    importance: Optional[np.ndarray] = None) -> np.ndarray:
+    """Group-wise quantize float rows x (rows, k) into (rows, k/32*type_size) uint8 blocks.
+    importance (k,): per-column weights of the search's squared error (None: all equal)."""
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
     ts = _core.type_traits(type_id)[2]
     out = np.empty((x.shape[0], x.shape[1] // 32 * ts), dtype=np.uint8)
-    _core.wq_quantize_rows(x, out, type_id, group_size, rounding == "search")
+    imp = None if importance is None else np.ascontiguousarray(importance, dtype=np.float32)
+    _core.wq_quantize_rows(x, out, type_id, group_size, rounding != "minmax", imp)
     return out
 
 
-def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
-                     progress: Optional[bool] = None) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
+def _importance_of(importance, name: str, k: int) -> Optional[np.ndarray]:
+    """The search's per-column weights of `name` (k,), scaled to mean 1 (the weighted error's
+    minimum does not depend on the scale; this keeps the C sums in range), or None (unweighted)
+    when there are none, or they are not finite / all zero."""
+    v = None if importance is None else importance.get(name)
+    if v is None:
+        return None
+    v = np.asarray(v, dtype=np.float64).reshape(-1)
+    if v.shape[0] != k or not np.isfinite(v).all() or (v < 0).any() or not v.max() > 0:
+        log.warning("llmrt: %s: unusable importance weights: unweighted search", name)
+        return None
+    return np.ascontiguousarray(v / v.mean(), dtype=np.float32)
+
+
+def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1, progress: Optional[bool] = None,
+                     importance: Optional[Dict[str, np.ndarray]] = None,
+                     ) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
     """Quantize gguf's matmul weights per cfg. Returns ({name: (blocks uint8, type_id, shape)}
     for the graph (shape in ggml order), a one-line summary for logs). ValueError if a matmul
     weight is already quantized."""
@@ -201,7 +222,7 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
         log.warning("llmrt: %s: rows of %d elements are not a multiple of 32: kept as %s",
                     t.name, t.shape[0], t.type_name)
     head = output_weight_name(gguf.tensors)
-    search = cfg.rounding == "search"
+    search = cfg.rounding != "minmax"
     if cfg.output_type_name != cfg.type_name:
         log.info("llmrt: %s kept at int8 (%s; quantize_output=True for %s)", head,
                  cfg.output_type_name, cfg.weight_dtype)
@@ -216,11 +237,12 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1,
             ts = _core.type_traits(tid)[2]
             blocks = np.empty((rows, k // 32 * ts), dtype=np.uint8)
             src = t.data
+            imp = _importance_of(importance, t.name, k)
 
-            def work(r0, t=t, src=src, blocks=blocks, tid=tid):
+            def work(r0, t=t, src=src, blocks=blocks, tid=tid, imp=imp):
                 r1 = min(r0 + ROWS_PER_TASK, blocks.shape[0])
                 x = rows_f32(src[r0:r1], t.type)
-                _core.wq_quantize_rows(x, blocks[r0:r1], tid, cfg.group_size, search)
+                _core.wq_quantize_rows(x, blocks[r0:r1], tid, cfg.group_size, search, imp)
                 return r1 - r0
 
             for n in pool.map(work, range(0, rows, ROWS_PER_TASK)):

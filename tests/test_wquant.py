@@ -199,6 +199,89 @@ def test_search_same_blocks_for_private_ids_int8_unchanged(tname, rng):
         np.testing.assert_array_equal(raw, wquant.quantize_tensor(x, tid, 64, rounding="minmax"))
 
 
+def _weighted_group_err(x, raw, layout, group, w):
+    """sum_j w_j (x_j - xq_j)^2 per group: (rows, k / group), float64."""
+    v = quants.dequantize(raw, layout).reshape(x.shape).astype(np.float64)
+    e = w.astype(np.float64)[None, :] * (v - x.astype(np.float64)) ** 2
+    g = x.shape[1] if group == -1 else group
+    return e.reshape(x.shape[0], x.shape[1] // g, g).sum(axis=2)
+
+
+def _importance(rng, k):
+    """Per-column importance as activations give it: log-normal over ~3 decades, a few columns
+    100x the rest (the outlier channels of real models), some zero."""
+    w = np.exp(rng.normal(0, 1.5, k)).astype(F32)
+    w[rng.choice(k, 4, replace=False)] *= 100
+    w[rng.choice(k, 3, replace=False)] = 0
+    return w
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: f"g{g}")
+@pytest.mark.parametrize("layout", ["Q4_0", "Q4_1"])
+def test_weighted_search_equal_weights_is_unweighted(layout, group, rng):
+    """Weights all equal to 1 (or 4: a power of two scales every weighted sum exactly) give
+    the bytes of the unweighted search, bit for bit."""
+    x = _test_groups(rng, 24, 384)
+    tid = quants.type_id(layout)
+    want = wquant.quantize_tensor(x, tid, group)
+    for c in (1.0, 4.0):
+        got = wquant.quantize_tensor(x, tid, group, importance=np.full(x.shape[1], c, F32))
+        np.testing.assert_array_equal(got, want)
+
+
+# The weighted search's gain over min/max in weighted error, mean over the gaussian rows' groups,
+# measured (seed 1234): Q4_1 0.56-0.63, Q4_0 0.64-0.69 by group size, while the unweighted
+# search scores 0.85-1.09 on that weighted error. A search that ignored the weights would fail.
+WSEARCH_GAIN_MAX = 0.80
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: f"g{g}")
+@pytest.mark.parametrize("layout", ["Q4_0", "Q4_1"])
+def test_weighted_search_never_worse_than_minmax(layout, group, rng):
+    """Per group, the weighted error of the weighted search is never larger than min/max's,
+    and lower than the unweighted search's on average (it optimizes what it is scored on)."""
+    x = _test_groups(rng, 48, 384)
+    w = _importance(rng, x.shape[1])
+    tid = quants.type_id(layout)
+    mm = _weighted_group_err(x, wquant.quantize_tensor(x, tid, group, rounding="minmax"), layout, group, w)
+    un = _weighted_group_err(x, wquant.quantize_tensor(x, tid, group), layout, group, w)
+    raw = wquant.quantize_tensor(x, tid, group, importance=w)
+    we = _weighted_group_err(x, raw, layout, group, w)
+    assert (we <= mm * (1 + 1e-12) + 1e-30).all(), np.argwhere(we > mm * (1 + 1e-12) + 1e-30)[:5]
+    assert we[4:6].sum() == 0                       # constant and zero rows stay exact
+    assert (we[6:] / mm[6:]).mean() < WSEARCH_GAIN_MAX
+    assert we[6:].sum() < un[6:].sum()
+    # min/max ignores the weights
+    np.testing.assert_array_equal(
+        wquant.quantize_tensor(x, tid, group, rounding="minmax", importance=w),
+        wquant.quantize_tensor(x, tid, group, rounding="minmax"))
+
+
+def test_weighted_search_bad_weights_raise(rng):
+    x = _test_groups(rng, 8, 64)
+    tid = quants.type_id("Q4_1")
+    for bad, msg in ((np.ones(32, F32), "one value per column"),
+                     (np.full(64, -1.0, F32), "finite and >= 0"),
+                     (np.full(64, np.nan, F32), "finite and >= 0")):
+        with pytest.raises(ValueError, match=msg):
+            wquant.quantize_tensor(x, tid, 32, importance=bad)
+
+
+def test_importance_scaled_to_mean_1_or_dropped(caplog):
+    """quantize_weights' per-tensor weights: scaled to mean 1; unusable ones (NaN, inf from an
+    overflowing calibration pass, all zero, wrong length) fall back to the unweighted search
+    with a warning instead of failing the load."""
+    v = wquant._importance_of({"w": np.array([1.0, 3.0, 0.0, 4.0], F32)}, "w", 4)
+    np.testing.assert_array_equal(v, np.array([0.5, 1.5, 0.0, 2.0], F32))
+    assert wquant._importance_of(None, "w", 4) is None
+    assert wquant._importance_of({"x": np.ones(4, F32)}, "w", 4) is None
+    for bad in (np.array([1, np.nan, 1, 1], F32), np.array([1, np.inf, 1, 1], F32), np.zeros(4, F32),
+                np.ones(3, F32), np.array([1, -1, 1, 1], F32)):
+        with caplog.at_level("WARNING", logger="llmrt"):
+            assert wquant._importance_of({"w": bad}, "w", 4) is None
+    assert sum("unusable importance" in r.getMessage() for r in caplog.records) == 5
+
+
 # ---- kernels of the private types ----------------------------------------------------------------
 
 # f32 sums of n products in two different orders: |error| <= n * eps * sum|terms| is the bound;
@@ -370,7 +453,7 @@ def test_tied_token_embd_is_quantized(tmp_path):
     (dict(weight_dtype="int8", compute_dtype="fp16"), "compute_dtype must be one of int8, fp32, bf16"),
     (dict(group_size=64), "group_size needs weight_dtype"),
     (dict(scheme="asym", compute_dtype="fp32"), "scheme, compute_dtype needs weight_dtype"),
-    (dict(weight_dtype="int4", rounding="gptq"), "rounding must be one of search, minmax"),
+    (dict(weight_dtype="int4", rounding="gptq"), "rounding must be one of imatrix, search, minmax"),
     (dict(quantize_output=True), "quantize_output needs weight_dtype"),
 ])
 def test_invalid_knobs(kw, match):
@@ -381,7 +464,7 @@ def test_invalid_knobs(kw, match):
 def test_defaults():
     c = wquant.make_config("int4")
     assert (c.group_size, c.scheme, c.compute_dtype, c.type_name) == (32, "sym", "int8", "Q4_0")
-    assert (c.rounding, c.quantize_output, c.output_type_name) == ("search", False, "Q8_0")
+    assert (c.rounding, c.quantize_output, c.output_type_name) == ("imatrix", False, "Q8_0")
     assert wquant.make_config(None) is None
 
 
@@ -407,20 +490,21 @@ MODEL_DIR = os.environ.get("LLMRT_MODEL_DIR", "/work/models")
 REAL = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf"}
 PPL_CTX, PPL_TOKENS = 128, 512     # 4 chunks of 128, 256 scored tokens: about a minute per model
 # Issue 4's done-when: int8 within 0.5 %, int4 asym group 32 within 3 % of the F16 model's
-# perplexity. Measured here (ctx 128, 512 tokens; SmolLM2 also at 2048 tokens; int4 with the
-# defaults: rounding search, output head int8) -- NOT all met:
-#   config (group 32)       SmolLM2 512 / 2048 tok    Gemma 3 270M 512 tok
+# perplexity. Measured here (ctx 128, 512 tokens; also at 2048 tokens; int4 with the defaults:
+# rounding imatrix = calibration pass + weighted search, output head int8) -- NOT all met:
+#   config (group 32)       SmolLM2 512 / 2048 tok    Gemma 3 270M 512 / 2048 tok
 #   int8 asym, int8         +0.10 / +0.07 %           -0.08 %
 #   int8 sym, fp32          +0.38 / +0.29 %           (not run)
 #   int8 sym, int8          +0.93 / +0.84 %           -0.13 %   llama.cpp's own Q8_0 of the same
 #                                                               F16: +0.54 % on SmolLM2 (2048 tok)
-#   int4 asym, int8         -0.75 / -0.06 %           +7.43 %   min/max with the head int4 (last
-#                                                               session): SmolLM2 +13.7 / +8.1 %,
-#                                                               Gemma +21.6 %; llama.cpp's own Q4_1
-#                                                               of the Gemma F16: +19.1 %
-# int4 misses 3 % on Gemma: its F16 weights came from Q4_K/Q5_0/Q6_K/Q8_0 blocks, which 4-bit
-# groups of 32 cannot hold (README, Weight-only quantization). The bounds below are the
-# measurements with a margin, so a regression fails; the done-when bounds are the ones marked.
+#   int4 asym, int8         +0.22 / +0.20 %        +5.76 / +4.33 %
+#     rounding search       -0.75 / -0.06 %           +8.91 / +14.06 % (no calibration pass)
+#     min/max, head int4    +13.7 / +8.1 %            +21.6 / +25.3 %  (llama.cpp's own Q4_1 of
+#                                                               the Gemma F16: +19.1 %, 512 tok)
+# int4 misses 3 % on Gemma: its F16 weights are dequantized Q5_0 (ffn_gate/up, attn_q/k/v) and
+# Q6_K (half of ffn_down) blocks, 32- and 64-level grids that 16 levels per group of 32 cannot
+# hold (README, Weight-only quantization). The bounds below are the measurements with a margin,
+# so a regression fails; the done-when bounds are the ones marked.
 PPL_RTOL = {
     "smollm2": {("int8", "asym", "int8"): 0.005,       # done-when
                 ("int8", "sym", "fp32"): 0.005,        # done-when
@@ -428,7 +512,7 @@ PPL_RTOL = {
                 ("int4", "asym", "int8"): 0.03},       # done-when
     "gemma3": {("int8", "asym", "int8"): 0.005,        # done-when
                ("int8", "sym", "int8"): 0.005,         # done-when
-               ("int4", "asym", "int8"): 0.10},
+               ("int4", "asym", "int8"): 0.07},
 }
 
 

@@ -248,6 +248,15 @@ void llmrt_register_wq_kernels_avx2(llmrt_kernel_table *kt);
  * LLMRT_EUNSUPPORTED. */
 enum { LLMRT_WQ_MINMAX = 0, LLMRT_WQ_SEARCH = 1 };
 int llmrt_wq_quantize_row(const float *x, void *y, int64_t k, int type, int64_t group, int rounding);
+/* The same with importance weights w[k] (>= 0, one per column: E[a_j^2] of the activation that
+ * multiplies column j, or NULL: all 1): LLMRT_WQ_SEARCH minimizes each group's weighted squared
+ * error sum_j w_j (x_j - xq_j)^2 instead (still never worse than min/max under that error);
+ * min/max ignores w. All-1 weights give exactly the bytes of the unweighted search. */
+int llmrt_wq_quantize_row_w(const float *x, const float *w, void *y, int64_t k, int type, int64_t group,
+                            int rounding);
+/* The weighted search's candidate grid: inverse scales (nmax + t0 + tstep * i) / range,
+ * i = 0..nstep (default -1, 0.5, 8, as the unweighted search); for measurements. */
+void llmrt_wq_set_weighted_grid(float t0, float tstep, int nstep);
 /* The GGUF block layout a private type shares (Q4_0, Q4_1, Q8_0 or WQ_Q8A); the type itself
  * for the others. */
 int llmrt_wq_layout(int type);
