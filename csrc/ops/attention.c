@@ -76,7 +76,7 @@ static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 /* The tiled prefill path (attention_tiled): a chunk is up to RMAX rows, (token, query head) pairs
  * of TB = RMAX / group tokens (at least one token) and one KV head. Its scratch: qf [R][hd_k] f32
  * | q16 [R][hd_k] f16 | w [R][n_kv] f32 | pf [R][n_kv] f32 | p16 [n_kv] f16 | vt [hd_v][n_kv] f16
- * | yo [R][hd_v] f32 | the attn_qk kernel's scratch, R <= max(RMAX, n_head). */
+ * | yo [R][hd_v] f32 | vis [TB][n_kv] u8 | the attn_qk kernel's scratch, R <= max(RMAX, n_head). */
 #define RMAX 32
 
 static size_t tiled_wsize(int64_t n_head, int64_t hd_k, int64_t hd_v, int64_t n_kv) {
@@ -84,7 +84,7 @@ static size_t tiled_wsize(int64_t n_head, int64_t hd_k, int64_t hd_v, int64_t n_
     return align64(R * (size_t)hd_k * sizeof(float)) + align64(R * (size_t)hd_k * sizeof(llmrt_fp16_t)) +
            align64(R * (size_t)n_kv * sizeof(float)) * 2 + align64((size_t)n_kv * sizeof(llmrt_fp16_t)) +
            align64((size_t)hd_v * (size_t)n_kv * sizeof(llmrt_fp16_t)) + align64(R * (size_t)hd_v * sizeof(float)) +
-           align64(LLMRT_ATTN_SCRATCH(hd_k, R, n_kv));
+           align64(RMAX * (size_t)n_kv) + align64(LLMRT_ATTN_SCRATCH(hd_k, R, n_kv));
 }
 
 static size_t wsize_for(int64_t n_head, int64_t hd_k, int64_t hd_v, int64_t n_kv) {
@@ -119,23 +119,43 @@ static inline int visible(int32_t pc, int32_t p, int n_swa) {
     return pc <= p && !(n_swa > 0 && (int64_t)p - (int64_t)pc >= n_swa);
 }
 
-/* The first and last cell visible from position p_i (*hi = -1 if none), and the cells [*a, *b)
- * the softmax and P.V visit: the KV_ALIGN blocks holding them (all n_kv if none). */
-static void visible_range(const int32_t *cpos, int64_t n_valid, int64_t n_kv, int32_t p_i, int n_swa,
-                          int64_t *lo, int64_t *hi, int64_t *a, int64_t *b) {
-    *lo = n_valid, *hi = -1;
-    for (int64_t cell = 0; cell < n_valid; cell++) {
-        if (visible(cpos[cell], p_i, n_swa)) {
-            if (cell < *lo) *lo = cell;
-            *hi = cell;
-        }
+/* vis[cell] = whether the cell (< n_kv) is visible from position p_i (as visible(); 0 past
+ * n_valid), branch-free; the first and last visible cell (*hi = -1 if none), and the cells
+ * [*a, *b) the softmax and P.V visit: the KV_ALIGN blocks holding them (all n_kv if none). */
+static void visible_mask(const int32_t *cpos, int64_t n_valid, int64_t n_kv, int32_t p_i, int n_swa, uint8_t *vis,
+                         int64_t *lo, int64_t *hi, int64_t *a, int64_t *b) {
+    const int no_swa = n_swa <= 0;
+    for (int64_t cell = 0; cell < n_valid; cell++) { /* p_i - pc < n_swa, in uint32 (pc <= p_i) */
+        const int32_t pc = cpos[cell];
+        vis[cell] = (uint8_t)((pc <= p_i) & (no_swa | ((uint32_t)p_i - (uint32_t)pc < (uint32_t)n_swa)));
     }
+    memset(vis + n_valid, 0, (size_t)(n_kv - n_valid));
+    *lo = 0;
+    while (*lo < n_valid && !vis[*lo]) ++*lo;
+    *hi = n_valid - 1;
+    while (*hi >= 0 && !vis[*hi]) --*hi;
     *a = 0, *b = n_kv;
     if (*hi >= 0) {
         *a = *lo / KV_ALIGN * KV_ALIGN;
         *b = (*hi + KV_ALIGN) / KV_ALIGN * KV_ALIGN;
         if (*b > n_kv) *b = n_kv;
     }
+}
+
+/* ggml_vec_max_f32 of x[0 .. n) in 8 independent chains (a NaN is skipped, as the per-token path
+ * does). The maximum's value does not depend on the order; only which of +0 and -0 is kept can,
+ * and exp(s - max) is the same for both. */
+static float max_f32(const float *x, int64_t n) {
+    float m[8];
+    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    }
+    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+    float max = m[0];
+    for (int k = 1; k < 8; k++) max = m[k] > max ? m[k] : max;
+    return max;
 }
 
 /* A prefill over an f16 cache, tiled over tokens (kt->attn_dots): the same float operations as the
@@ -185,7 +205,8 @@ static void attention_tiled(const llmrt_compute_params *p, llmrt_tensor *dst, ll
     llmrt_fp16_t *p16 = (llmrt_fp16_t *)((char *)pf + align64(RA * (size_t)n_kv * sizeof(float))); /* [n_kv] */
     llmrt_fp16_t *vt = (llmrt_fp16_t *)((char *)p16 + align64((size_t)n_kv * sizeof(llmrt_fp16_t))); /* [hd_v][n_kv] */
     float *yo = (float *)((char *)vt + align64((size_t)hd_v * (size_t)n_kv * sizeof(llmrt_fp16_t))); /* [R][hd_v] */
-    void *kscr = (char *)yo + align64(RA * (size_t)hd_v * sizeof(float));
+    uint8_t *vis = (uint8_t *)yo + align64(RA * (size_t)hd_v * sizeof(float));         /* [TB][n_kv] */
+    void *kscr = vis + align64(RMAX * (size_t)n_kv);
 
     int64_t vt_kh = -1, vt_lo = 0, vt_hi = 0; /* vt holds V^T of KV head vt_kh on cells [vt_lo, vt_hi) */
     int64_t lo[RMAX], hi[RMAX], a[RMAX], b[RMAX];
@@ -200,7 +221,8 @@ static void attention_tiled(const llmrt_compute_params *p, llmrt_tensor *dst, ll
         /* each token's ranges, and their unions [LO, HI] (scores), [A, B) (softmax, P.V) */
         int64_t LO = n_valid, HI = -1, A = n_kv, B = 0;
         for (int64_t t = 0; t < nt; t++) {
-            visible_range(cpos, n_valid, n_kv, p->ctx->positions[i0 + t], n_swa, &lo[t], &hi[t], &a[t], &b[t]);
+            visible_mask(cpos, n_valid, n_kv, p->ctx->positions[i0 + t], n_swa, vis + t * n_kv, &lo[t], &hi[t], &a[t],
+                         &b[t]);
             if (hi[t] >= 0) {
                 LO = lo[t] < LO ? lo[t] : LO;
                 HI = hi[t] > HI ? hi[t] : HI;
@@ -231,26 +253,32 @@ static void attention_tiled(const llmrt_compute_params *p, llmrt_tensor *dst, ll
          * probabilities rounded to f16, in f32, zero on the rest of [A, B) */
         for (int64_t r = 0; r < R; r++) {
             const int64_t t = r / group;
-            const int32_t p_i = p->ctx->positions[i0 + t];
+            const int64_t at = a[t], bt = b[t]; /* (locals: the build has -fno-strict-aliasing) */
+            const uint8_t *vis_t = vis + t * n_kv;
             float *wj = w + r * n_kv;
             float *pj = pf + r * n_kv;
-            float max = -INFINITY;
-            for (int64_t cell = a[t]; cell < b[t]; cell++) {
-                float s = -INFINITY;
-                if (cell >= lo[t] && cell <= hi[t] && visible(cpos[cell], p_i, n_swa)) {
-                    s = wj[cell] * scale;
-                    if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
+            if (softcap == 0.0f) {
+                for (int64_t cell = at; cell < bt; cell++) { /* (cells not scored are not visible) */
+                    const float sc = wj[cell] * scale;
+                    uint32_t u; /* vis ? sc : -inf, as bits (vectorizes) */
+                    memcpy(&u, &sc, sizeof(u));
+                    const uint32_t m = 0u - (uint32_t)vis_t[cell];
+                    u = (u & m) | (0xff800000u & ~m);
+                    memcpy(&wj[cell], &u, sizeof(u));
                 }
-                wj[cell] = s;
-                max = s > max ? s : max; /* ggml_vec_max_f32 */
+            } else {
+                for (int64_t cell = at; cell < bt; cell++) {
+                    wj[cell] = vis_t[cell] ? softcap * tanhf(wj[cell] * scale / softcap) : -INFINITY;
+                }
             }
-            const double sum = kt->vec_soft_max((int)(b[t] - a[t]), wj + a[t], wj + a[t], max);
+            const float max = max_f32(wj + at, bt - at);
+            const double sum = kt->vec_soft_max((int)(bt - at), wj + at, wj + at, max);
             const float inv = (float)(1.0 / sum);
-            for (int64_t cell = a[t]; cell < b[t]; cell++) wj[cell] *= inv;
-            to_f16(wj + a[t], p16, b[t] - a[t]);
-            to_f32(p16, pj + a[t], b[t] - a[t]);
-            for (int64_t cell = A; cell < a[t]; cell++) pj[cell] = 0.0f;
-            for (int64_t cell = b[t]; cell < B; cell++) pj[cell] = 0.0f;
+            for (int64_t cell = at; cell < bt; cell++) wj[cell] *= inv;
+            to_f16(wj + at, p16, bt - at);
+            to_f32(p16, pj + at, bt - at);
+            for (int64_t cell = A; cell < at; cell++) pj[cell] = 0.0f;
+            for (int64_t cell = bt; cell < B; cell++) pj[cell] = 0.0f;
         }
 
         /* vt on [A, B): keep what it holds when the ranges touch, transpose the rest */
