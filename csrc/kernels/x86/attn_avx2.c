@@ -311,7 +311,7 @@ static void attn_qk_f32_avx2(int hd, int nq, float *s, int64_t lds, const void *
  * r = (a0 + a2) + (a1 + a3) as vec_dot_f16_avx2 adds them, and the horizontal sums of 8 r at once
  * (qk_f16_end8) or, with a tail, one at a time (qk_f16_finish's end). */
 
-enum { DX = 3, DY = 3, DXB = 24 }; /* tile: DX X rows by DY Y rows; X rows per finishing block */
+enum { DX = 4, DY = 3, DXB = 24 }; /* tile: DX X rows by DY Y rows; X rows per finishing block */
 
 /* Accumulator a of the tile (RX <= DX, RY <= DY): acc[j][i] over np (a multiple of 32) elements. */
 static ALWAYS_INLINE void dots_pass(int np, int RX, int RY, int a, const llmrt_fp16_t *x, int64_t ldx,
@@ -369,14 +369,17 @@ static ALWAYS_INLINE void dots_rows(int N, int RY, int nx, float *out, int64_t l
                 for (int k = 0; k < DX; k++) rb[j][i + k] = r[j][k];
             }
         }
-        if (nb - i == 2) {
+        if (nb > i) { /* the last 1 .. DX - 1 X rows */
             __m256 r[DY][DX];
-            dots_tile(np, 2, RY, x + (i0 + i) * ldx, ldx, y, ldy, r);
-            for (int j = 0; j < RY; j++) rb[j][i] = r[j][0], rb[j][i + 1] = r[j][1];
-        } else if (nb - i == 1) {
-            __m256 r[DY][DX];
-            dots_tile(np, 1, RY, x + (i0 + i) * ldx, ldx, y, ldy, r);
-            for (int j = 0; j < RY; j++) rb[j][i] = r[j][0];
+            const int rx = nb - i;
+            switch (rx) {
+            case 3: dots_tile(np, 3, RY, x + (i0 + i) * ldx, ldx, y, ldy, r); break;
+            case 2: dots_tile(np, 2, RY, x + (i0 + i) * ldx, ldx, y, ldy, r); break;
+            default: dots_tile(np, 1, RY, x + (i0 + i) * ldx, ldx, y, ldy, r); break;
+            }
+            for (int j = 0; j < RY; j++) {
+                for (int k = 0; k < rx; k++) rb[j][i + k] = r[j][k];
+            }
         }
         for (int j = 0; j < RY; j++) {
             float *o = out + j * ldo + i0;
