@@ -22,6 +22,11 @@
  * them (the others hold masked or unused cells, whose exact zeros change no sum). Threads claim
  * (token, head group) chunks in a prefill, last token first, and (token, head) chunks in a
  * decode step, which is then shared over the heads.
+ *
+ * A prefill over an f16 cache (enough tokens for a few chunks per thread) takes attention_tiled
+ * instead: chunks of several tokens and one KV head, P.V as many vec_dot_f16's over V transposed
+ * (kt->attn_dots), each V vector converted once for several (token, head) rows; bit-identical to
+ * the per-token path (tests/test_attention.py compares the two).
  */
 #include <math.h>
 #include <string.h>

@@ -25,6 +25,9 @@
  * Scores. Each K.q is vec_dot_f16_avx2's / vec_dot_f32_avx2's sequence (see dot_f16 below);
  * for f16 the q rows are converted to f32 once (exact), and each K vector, converted once, goes
  * into the accumulators of every row.
+ *
+ * Many dots (attn_dots_f16_avx2, the tiled prefill's P.V over V transposed): vec_dot_f16_avx2 of
+ * every (X row, Y row) pair in 4 x 3 register tiles, see "many dots" below.
  */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
@@ -405,28 +408,10 @@ static ALWAYS_INLINE void dots_n(int N, int nx, int ny, float *out, int64_t ldo,
     }
 }
 
-/* one function per common head size (the scores: constant loop bounds), one for any n (P.V) */
-#define DOTS_N(name, N)                                                                                  \
-    static __attribute__((noinline)) void name(int n, int nx, int ny, float *out, int64_t ldo,          \
-                                               const llmrt_fp16_t *x, int64_t ldx, const float *y,       \
-                                               int64_t ldy) {                                            \
-        (void)n;                                                                                         \
-        dots_n(N, nx, ny, out, ldo, x, ldx, y, ldy);                                                     \
-    }
-DOTS_N(dots_64, 64)
-DOTS_N(dots_128, 128)
-DOTS_N(dots_256, 256)
-DOTS_N(dots_any, n)
-#undef DOTS_N
-
+/* n is not specialized: with constant bounds the 4 passes unroll into one block that spills. */
 static void attn_dots_f16_avx2(int n, int nx, int ny, float *out, int64_t ldo, const void *x, int64_t ldx,
                                const float *y, int64_t ldy) {
-    switch (n) {
-    case -64: dots_64(n, nx, ny, out, ldo, x, ldx, y, ldy); break;
-    case -128: dots_128(n, nx, ny, out, ldo, x, ldx, y, ldy); break;
-    case -256: dots_256(n, nx, ny, out, ldo, x, ldx, y, ldy); break;
-    default: dots_any(n, nx, ny, out, ldo, x, ldx, y, ldy); break;
-    }
+    dots_n(n, nx, ny, out, ldo, x, ldx, y, ldy);
 }
 
 static void attn_pv_f16_avx2(int hd, int nq, float *y, int64_t ldy, const void *v, int64_t ldv, const void *p,
