@@ -142,8 +142,8 @@ def test_attention_batch_equals_decode_bit_for_bit(rng, case, dtype):
     """While every run walks the same padded n_kv (256), a token's output cannot depend on how the
     tokens were batched, nor on the thread count: the fast path must keep each float operation.
     With an f16 cache the batched runs take the tiled prefill path (token blocks of 32 // group,
-    attn_dots over V transposed) and the one-token runs on 2 threads the per-token path, so the
-    two are compared bit for bit; mha-hd64's 1-thread one-token run is tiled too (4 KV heads)."""
+    attn_dots over V transposed; chunks of at least 8 rows) and the one-token runs the per-token
+    path, so the two are compared bit for bit (GQA ratios 1, 3, 4, 6, 10)."""
     nh, nkv, hd, n_swa, softcap, n_pre, n_dec = CASES[case]
     seed = int(rng.integers(1 << 30))
     n_tot = n_pre + n_dec

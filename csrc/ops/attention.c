@@ -355,10 +355,11 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
     const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
 
-    /* a prefill over an f16 cache: tiled over tokens when that leaves a few chunks per thread */
+    /* a prefill over an f16 cache: tiled over tokens when that leaves a few chunks per thread and
+     * a chunk has at least 8 rows (transposing V costs about as much as 8 rows of P.V) */
     if (is_f16 && pv != NULL && kt->attn_dots[T] != NULL && kt->attn_dots_dot[T] == dot) {
         const int64_t TB = group < RMAX ? RMAX / group : 1;
-        if ((n + TB - 1) / TB * n_head_kv >= 4 * (int64_t)p->nth) {
+        if ((n + TB - 1) / TB * n_head_kv >= 4 * (int64_t)p->nth && (n < TB ? n : TB) * group >= 8) {
             attention_tiled(p, dst, kt->attn_dots[T], qk, TB, n_kv);
             return;
         }
