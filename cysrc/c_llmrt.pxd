@@ -8,6 +8,7 @@ cdef extern from "llmrt/llmrt.h" nogil:
         LLMRT_ENOMEM
         LLMRT_EUNSUPPORTED
         LLMRT_TYPE_COUNT
+        LLMRT_TYPE_F16
         LLMRT_ISA_COUNT
 
     ctypedef void (*llmrt_dequant_row_fn)(const void *x, float *y, int64_t k)
@@ -43,6 +44,9 @@ cdef extern from "llmrt/llmrt.h" nogil:
     int llmrt_set_isa(int level)
     int llmrt_isa_current()
 
+    ctypedef void (*llmrt_attn_dots_fn)(int n, int nx, int ny, float *out, int64_t ldo, const void *x,
+                                        int64_t ldx, const float *y, int64_t ldy)
+
     ctypedef struct llmrt_kernel_table:
         llmrt_dequant_row_fn dequant_row[64]
         const char *dequant_row_name[64]
@@ -61,6 +65,8 @@ cdef extern from "llmrt/llmrt.h" nogil:
         const char *vec_soft_max_name
         const char *vec_geglu_name
         const char *vec_gelu_name
+        llmrt_attn_dots_fn attn_dots[64]
+        const char *attn_dots_name[64]
 
     const llmrt_kernel_table *llmrt_kernels()
 

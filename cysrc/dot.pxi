@@ -52,3 +52,30 @@ def vec_dot(int wtype, w, a, int n):
     with nogil:
         fn(n, &s, &wv[0], &av[0])
     return s
+
+
+def attn_dots(x, y):
+    """out[j, i] = vec_dot_f16(n, x[i], y[j]) with the kernel table's attn_dots[F16] (attention's
+    many dots, csrc/kernels/x86/attn_avx2.c), name of the kernel.
+
+    x: (nx, n) float16   # IN
+    y: (ny, n) float16   # IN (passed to the kernel as its exact f32 values)
+    Returns ((ny, nx) float32, kernel name).
+    """
+    cdef const llmrt_kernel_table *kt = llmrt_kernels()
+    cdef llmrt_attn_dots_fn fn = kt.attn_dots[LLMRT_TYPE_F16]
+    if fn == NULL:
+        raise ValueError("[attn_dots] no kernel for F16 at this ISA level")
+    x = np.ascontiguousarray(x, dtype=np.float16)
+    y = np.ascontiguousarray(y, dtype=np.float16)
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1] or x.shape[1] < 1:
+        raise ValueError(f"[attn_dots] x {x.shape} and y {y.shape} must be (nx, n) and (ny, n), n >= 1")
+    cdef int n = x.shape[1], nx = x.shape[0], ny = y.shape[0]
+    cdef const unsigned short[:, ::1] xv = x.view(np.uint16)
+    cdef const float[:, ::1] yv = y.astype(np.float32)
+    out = np.empty((ny, nx), dtype=np.float32)
+    cdef float[:, ::1] ov = out
+    if nx > 0 and ny > 0:
+        with nogil:
+            fn(n, nx, ny, &ov[0, 0], nx, &xv[0, 0], n, &yv[0, 0], n)
+    return out, kt.attn_dots_name[LLMRT_TYPE_F16].decode()

@@ -45,6 +45,21 @@ static void attn_pv_f32_generic(int hd, int nq, float *y, int64_t ldy, const voi
     }
 }
 
+/* Many dots (llmrt_attn_dots_fn): vec_dot_f16_generic's sum in double, in index order, with Y's f32
+ * values (exact f16 ones). */
+static void attn_dots_f16_generic(int n, int nx, int ny, float *out, int64_t ldo, const void *vx, int64_t ldx,
+                                  const float *y, int64_t ldy) {
+    for (int j = 0; j < ny; j++) {
+        for (int i = 0; i < nx; i++) {
+            const llmrt_fp16_t *x = (const llmrt_fp16_t *)vx + i * ldx; /* (n) */
+            const float *yj = y + j * ldy;                              /* (n) */
+            double sum = 0.0;
+            for (int e = 0; e < n; e++) sum += (double)(FP16(x[e]) * yj[e]);
+            out[j * ldo + i] = (float)sum;
+        }
+    }
+}
+
 void llmrt_register_attn_kernels_generic(llmrt_kernel_table *kt) {
     kt->attn_pv[LLMRT_TYPE_F16] = attn_pv_f16_generic;
     kt->attn_pv_dot[LLMRT_TYPE_F16] = kt->vec_dot[LLMRT_TYPE_F16];
@@ -52,4 +67,7 @@ void llmrt_register_attn_kernels_generic(llmrt_kernel_table *kt) {
     kt->attn_pv[LLMRT_TYPE_F32] = attn_pv_f32_generic;
     kt->attn_pv_dot[LLMRT_TYPE_F32] = kt->vec_dot[LLMRT_TYPE_F32];
     kt->attn_pv_name[LLMRT_TYPE_F32] = "attn_pv_f32_generic";
+    kt->attn_dots[LLMRT_TYPE_F16] = attn_dots_f16_generic;
+    kt->attn_dots_dot[LLMRT_TYPE_F16] = kt->vec_dot[LLMRT_TYPE_F16];
+    kt->attn_dots_name[LLMRT_TYPE_F16] = "attn_dots_f16_generic";
 }

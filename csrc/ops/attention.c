@@ -22,6 +22,11 @@
  * them (the others hold masked or unused cells, whose exact zeros change no sum). Threads claim
  * (token, head group) chunks in a prefill, last token first, and (token, head) chunks in a
  * decode step, which is then shared over the heads.
+ *
+ * A prefill over an f16 cache (enough tokens for a few chunks per thread) takes attention_tiled
+ * instead: chunks of several tokens and one KV head, P.V as many vec_dot_f16's over V transposed
+ * (kt->attn_dots), each V vector converted once for several (token, head) rows; bit-identical to
+ * the per-token path (tests/test_attention.py compares the two).
  */
 #include <math.h>
 #include <string.h>
@@ -73,11 +78,27 @@ int64_t llmrt_attention_n_kv(int64_t cell) {
  * column [n_kv] (f16 or f32) on the column-by-column path. */
 static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 
+/* The tiled prefill path (attention_tiled): a chunk is up to RMAX rows, (token, query head) pairs
+ * of TB = RMAX / group tokens (at least one token) and one KV head. Its scratch: qf [R][hd_k] f32
+ * | q16 [R][hd_k] f16 | w [R][n_kv] f32 | pf [R][n_kv] f32 | p16 [n_kv] f16 | vt [hd_v][n_kv] f16
+ * | yo [R][hd_v] f32 | vis [TB][n_kv] u8 | the attn_qk kernel's scratch, R <= max(RMAX, n_head). */
+#define RMAX 32
+
+static size_t tiled_wsize(int64_t n_head, int64_t hd_k, int64_t hd_v, int64_t n_kv) {
+    const size_t R = (size_t)(n_head > RMAX ? n_head : RMAX);
+    return align64(R * (size_t)hd_k * sizeof(float)) + align64(R * (size_t)hd_k * sizeof(llmrt_fp16_t)) +
+           align64(R * (size_t)n_kv * sizeof(float)) * 2 + align64((size_t)n_kv * sizeof(llmrt_fp16_t)) +
+           align64((size_t)hd_v * (size_t)n_kv * sizeof(llmrt_fp16_t)) + align64(R * (size_t)hd_v * sizeof(float)) +
+           align64(RMAX * (size_t)n_kv) + align64(LLMRT_ATTN_SCRATCH(hd_k, R, n_kv));
+}
+
 static size_t wsize_for(int64_t n_head, int64_t hd_k, int64_t hd_v, int64_t n_kv) {
     const size_t G = (size_t)(n_head < GMAX ? n_head : GMAX);
     const int64_t hd = hd_k > hd_v ? hd_k : hd_v;
-    return align64(G * (size_t)hd_k * sizeof(float)) + align64(G * (size_t)n_kv * sizeof(float)) * 2 +
-           align64(LLMRT_ATTN_SCRATCH(hd, G, n_kv));
+    const size_t w = align64(G * (size_t)hd_k * sizeof(float)) + align64(G * (size_t)n_kv * sizeof(float)) * 2 +
+                     align64(LLMRT_ATTN_SCRATCH(hd, G, n_kv));
+    const size_t wt = tiled_wsize(n_head, hd_k, hd_v, n_kv);
+    return w > wt ? w : wt;
 }
 
 static int64_t hd_v_of(const llmrt_tensor *dst) { return dst->ne[0] / dst->src[0]->ne[1]; }
@@ -101,6 +122,193 @@ size_t llmrt_attention_wsize_run(const llmrt_tensor *dst, int n_ctx) {
  * sliding window when n_swa > 0. */
 static inline int visible(int32_t pc, int32_t p, int n_swa) {
     return pc <= p && !(n_swa > 0 && (int64_t)p - (int64_t)pc >= n_swa);
+}
+
+/* vis[cell] = whether the cell (< n_kv) is visible from position p_i (as visible(); 0 past
+ * n_valid), branch-free; the first and last visible cell (*hi = -1 if none), and the cells
+ * [*a, *b) the softmax and P.V visit: the KV_ALIGN blocks holding them (all n_kv if none). */
+static void visible_mask(const int32_t *cpos, int64_t n_valid, int64_t n_kv, int32_t p_i, int n_swa, uint8_t *vis,
+                         int64_t *lo, int64_t *hi, int64_t *a, int64_t *b) {
+    const int no_swa = n_swa <= 0;
+    for (int64_t cell = 0; cell < n_valid; cell++) { /* p_i - pc < n_swa, in uint32 (pc <= p_i) */
+        const int32_t pc = cpos[cell];
+        vis[cell] = (uint8_t)((pc <= p_i) & (no_swa | ((uint32_t)p_i - (uint32_t)pc < (uint32_t)n_swa)));
+    }
+    memset(vis + n_valid, 0, (size_t)(n_kv - n_valid));
+    *lo = 0;
+    while (*lo < n_valid && !vis[*lo]) ++*lo;
+    *hi = n_valid - 1;
+    while (*hi >= 0 && !vis[*hi]) --*hi;
+    *a = 0, *b = n_kv;
+    if (*hi >= 0) {
+        *a = *lo / KV_ALIGN * KV_ALIGN;
+        *b = (*hi + KV_ALIGN) / KV_ALIGN * KV_ALIGN;
+        if (*b > n_kv) *b = n_kv;
+    }
+}
+
+/* ggml_vec_max_f32 of x[0 .. n) in 8 independent chains (a NaN is skipped, as the per-token path
+ * does). The maximum's value does not depend on the order; only which of +0 and -0 is kept can,
+ * and exp(s - max) is the same for both. */
+static float max_f32(const float *x, int64_t n) {
+    float m[8];
+    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    }
+    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+    float max = m[0];
+    for (int k = 1; k < 8; k++) max = m[k] > max ? m[k] : max;
+    return max;
+}
+
+/* A prefill over an f16 cache, tiled over tokens (kt->attn_dots): the same float operations as the
+ * per-token path in llmrt_compute_attention, grouped differently. A chunk is TB consecutive tokens
+ * and one KV head: its R = TB * group rows (token t, head j at row t * group + j) are
+ *   scores: one attn_dots call, X = the K rows of the cells [LO, HI] (the union of the tokens'
+ *           visible ranges; a token's cells outside its own range are scored, then masked),
+ *           Y = the q rows (f16-rounded, in f32);
+ *   softmax per row over its token's aligned range [a, b), as the per-token path;
+ *   P.V:    one attn_dots call over the cells [A, B) (the union of the [a, b)), X = V transposed
+ *           (vt[d][cell], V's f16 values), Y = the rows' probabilities (f16-rounded, in f32),
+ *           zero outside their token's [a, b). Each output is vec_dot_f16(n_kv, V[:, d], p) of
+ *           ggml: [A, B) starts on a KV_ALIGN boundary, so every cell keeps its lane, and the cells
+ *           outside a row's [a, b) or past n_valid (vt zeroed there) add exact zeros.
+ * vt is filled once per thread and KV head: chunks go KV head by KV head, last tokens first, so a
+ * thread's later chunks need a range it mostly has (causal: the same or smaller). */
+static void attention_tiled(const llmrt_compute_params *p, llmrt_tensor *dst, llmrt_attn_dots_fn dots,
+                            llmrt_attn_qk_fn qk, int64_t TB, int64_t n_kv) {
+    const llmrt_tensor *q = dst->src[0];
+    const llmrt_kv_cache *cache = p->ctx->cache;
+    const llmrt_kernel_table *kt = p->ctx->kt;
+    const int l = dst->op_params[0];
+    const float scale = llmrt_get_op_param_f32(dst, 1);
+    const int n_swa = dst->op_params[2];
+    const float softcap = llmrt_get_op_param_f32(dst, 3);
+
+    const int64_t hd_k = q->ne[0];
+    const int64_t n_head = q->ne[1];
+    const int64_t n = q->ne[2];
+    const int64_t n_head_kv = cache->n_head_kv[l];
+    const int64_t hd_v = cache->hd_v[l];
+    const int64_t group = n_head / n_head_kv;
+    const int64_t ldk = (int64_t)(llmrt_kv_cache_k_cell_bytes(cache, l) / sizeof(llmrt_fp16_t));
+    const int64_t ldv = (int64_t)(llmrt_kv_cache_v_cell_bytes(cache, l) / sizeof(llmrt_fp16_t));
+    const int32_t *cpos = cache->pos;
+    const llmrt_quant_row_fn to_f16 = kt->quant_row[LLMRT_TYPE_F16];  /* round to nearest even */
+    const llmrt_dequant_row_fn to_f32 = kt->dequant_row[LLMRT_TYPE_F16]; /* exact */
+    const int64_t n_valid = (int64_t)p->ctx->kv_first + n;
+    const int64_t n_tb = (n + TB - 1) / TB;
+    const size_t RA = (size_t)(n_head > RMAX ? n_head : RMAX);
+
+    char *ws = (char *)p->wdata;
+    float *qf = (float *)ws;                                                           /* [R][hd_k] */
+    llmrt_fp16_t *q16 = (llmrt_fp16_t *)((char *)qf + align64(RA * (size_t)hd_k * sizeof(float))); /* [R][hd_k] */
+    float *w = (float *)((char *)q16 + align64(RA * (size_t)hd_k * sizeof(llmrt_fp16_t))); /* [R][n_kv] */
+    float *pf = (float *)((char *)w + align64(RA * (size_t)n_kv * sizeof(float)));     /* [R][n_kv] */
+    llmrt_fp16_t *p16 = (llmrt_fp16_t *)((char *)pf + align64(RA * (size_t)n_kv * sizeof(float))); /* [n_kv] */
+    llmrt_fp16_t *vt = (llmrt_fp16_t *)((char *)p16 + align64((size_t)n_kv * sizeof(llmrt_fp16_t))); /* [hd_v][n_kv] */
+    float *yo = (float *)((char *)vt + align64((size_t)hd_v * (size_t)n_kv * sizeof(llmrt_fp16_t))); /* [R][hd_v] */
+    uint8_t *vis = (uint8_t *)yo + align64(RA * (size_t)hd_v * sizeof(float));         /* [TB][n_kv] */
+    void *kscr = vis + align64(RMAX * (size_t)n_kv);
+
+    int64_t vt_kh = -1, vt_lo = 0, vt_hi = 0; /* vt holds V^T of KV head vt_kh on cells [vt_lo, vt_hi) */
+    int64_t lo[RMAX], hi[RMAX], a[RMAX], b[RMAX];
+    for (int64_t c = llmrt_claim(p); c < n_head_kv * n_tb; c = llmrt_claim(p)) {
+        const int64_t kh = c / n_tb;
+        const int64_t i0 = (n_tb - 1 - c % n_tb) * TB;
+        const int64_t nt = n - i0 < TB ? n - i0 : TB;
+        const int64_t R = nt * group;
+        const llmrt_fp16_t *kbase = (const llmrt_fp16_t *)cache->k[l] + kh * hd_k;
+        const llmrt_fp16_t *vbase = (const llmrt_fp16_t *)cache->v[l] + kh * hd_v;
+
+        /* each token's ranges, and their unions [LO, HI] (scores), [A, B) (softmax, P.V) */
+        int64_t LO = n_valid, HI = -1, A = n_kv, B = 0;
+        for (int64_t t = 0; t < nt; t++) {
+            visible_mask(cpos, n_valid, n_kv, p->ctx->positions[i0 + t], n_swa, vis + t * n_kv, &lo[t], &hi[t], &a[t],
+                         &b[t]);
+            if (hi[t] >= 0) {
+                LO = lo[t] < LO ? lo[t] : LO;
+                HI = hi[t] > HI ? hi[t] : HI;
+            }
+            A = a[t] < A ? a[t] : A;
+            B = b[t] > B ? b[t] : B;
+        }
+        /* q rows in f16 (ggml converts q to K's type), then in f32 (exact) */
+        for (int64_t t = 0; t < nt; t++) {
+            for (int64_t j = 0; j < group; j++) {
+                const float *qv = (const float *)((const char *)q->data + (i0 + t) * q->nb[2] +
+                                                  (kh * group + j) * q->nb[1]);
+                to_f16(qv, q16 + (t * group + j) * hd_k, hd_k);
+                if (qk == NULL) to_f32(q16 + (t * group + j) * hd_k, qf + (t * group + j) * hd_k, hd_k);
+            }
+        }
+        if (qk != NULL) { /* token by token over its own range, the group's heads at once */
+            for (int64_t t = 0; t < nt; t++) {
+                if (hi[t] < 0) continue;
+                qk((int)hd_k, (int)group, w + t * group * n_kv, n_kv, kbase, ldk, q16 + t * group * hd_k, hd_k,
+                   (int)lo[t], (int)hi[t] + 1, kscr);
+            }
+        } else if (HI >= 0) {
+            dots((int)hd_k, (int)(HI + 1 - LO), (int)R, w + LO, n_kv, kbase + LO * ldk, ldk, qf, hd_k);
+        }
+
+        /* per row: scale, softcap, -inf on masked and unused cells; softmax over [a, b); the
+         * probabilities rounded to f16, in f32, zero on the rest of [A, B) */
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t t = r / group;
+            const int64_t at = a[t], bt = b[t]; /* (locals: the build has -fno-strict-aliasing) */
+            const uint8_t *vis_t = vis + t * n_kv;
+            float *wj = w + r * n_kv;
+            float *pj = pf + r * n_kv;
+            if (softcap == 0.0f) {
+                for (int64_t cell = at; cell < bt; cell++) { /* (cells not scored are not visible) */
+                    const float sc = wj[cell] * scale;
+                    uint32_t u; /* vis ? sc : -inf, as bits (vectorizes) */
+                    memcpy(&u, &sc, sizeof(u));
+                    const uint32_t m = 0u - (uint32_t)vis_t[cell];
+                    u = (u & m) | (0xff800000u & ~m);
+                    memcpy(&wj[cell], &u, sizeof(u));
+                }
+            } else {
+                for (int64_t cell = at; cell < bt; cell++) {
+                    wj[cell] = vis_t[cell] ? softcap * tanhf(wj[cell] * scale / softcap) : -INFINITY;
+                }
+            }
+            const float max = max_f32(wj + at, bt - at);
+            const double sum = kt->vec_soft_max((int)(bt - at), wj + at, wj + at, max);
+            const float inv = (float)(1.0 / sum);
+            for (int64_t cell = at; cell < bt; cell++) wj[cell] *= inv;
+            to_f16(wj + at, p16, bt - at);
+            to_f32(p16, pj + at, bt - at);
+            for (int64_t cell = A; cell < at; cell++) pj[cell] = 0.0f;
+            for (int64_t cell = bt; cell < B; cell++) pj[cell] = 0.0f;
+        }
+
+        /* vt on [A, B): keep what it holds when the ranges touch, transpose the rest */
+        if (vt_kh != kh || B < vt_lo || A > vt_hi) vt_kh = kh, vt_lo = vt_hi = A;
+        for (int64_t part = 0; part < 2; part++) {
+            const int64_t c0 = part == 0 ? A : vt_hi, c1 = part == 0 ? vt_lo : B;
+            for (int64_t cell = c0; cell < c1; cell++) {
+                llmrt_fp16_t *col = vt + cell;
+                if (cell < n_valid) {
+                    const llmrt_fp16_t *row = vbase + cell * ldv;
+                    for (int64_t d = 0; d < hd_v; d++) col[d * n_kv] = row[d];
+                } else { /* unused: zero (their p is 0, but the cells may hold anything) */
+                    for (int64_t d = 0; d < hd_v; d++) col[d * n_kv] = 0;
+                }
+            }
+        }
+        vt_lo = A < vt_lo ? A : vt_lo;
+        vt_hi = B > vt_hi ? B : vt_hi;
+
+        dots((int)(B - A), (int)hd_v, (int)R, yo, hd_v, vt + A, n_kv, pf + A, n_kv);
+        for (int64_t t = 0; t < nt; t++) {
+            float *y = (float *)((char *)dst->data + (i0 + t) * dst->nb[1]) + kh * group * hd_v;
+            memcpy(y, yo + t * group * hd_v, (size_t)(group * hd_v) * sizeof(float));
+        }
+    }
 }
 
 /* One (token, head): llama.cpp's non-flash path (llama-graph build_attn_mha with
@@ -146,6 +354,16 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_attn_qk_fn qk = kt->attn_qk[T] != NULL && kt->attn_qk_dot[T] == dot ? kt->attn_qk[T] : NULL;
     const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
     const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
+
+    /* a prefill over an f16 cache: tiled over tokens when that leaves a few chunks per thread and
+     * a chunk has at least 8 rows (transposing V costs about as much as 8 rows of P.V) */
+    if (is_f16 && pv != NULL && kt->attn_dots[T] != NULL && kt->attn_dots_dot[T] == dot) {
+        const int64_t TB = group < RMAX ? RMAX / group : 1;
+        if ((n + TB - 1) / TB * n_head_kv >= 4 * (int64_t)p->nth && (n < TB ? n : TB) * group >= 8) {
+            attention_tiled(p, dst, kt->attn_dots[T], qk, TB, n_kv);
+            return;
+        }
+    }
 
     /* heads per chunk: the whole group (up to GMAX) when that leaves a few chunks per thread */
     int64_t G = group < GMAX ? group : GMAX;

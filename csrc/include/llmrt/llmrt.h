@@ -116,6 +116,14 @@ typedef void (*llmrt_attn_pv_fn)(int hd, int nq, float *y, int64_t ldy, const vo
  * K[c] = k + c * ldk elements of T, q rows of type T (hd elements); each exactly as vec_dot[T]. */
 typedef void (*llmrt_attn_qk_fn)(int hd, int nq, float *s, int64_t lds, const void *k, int64_t ldk,
                                  const void *q, int64_t ldq, int c0, int c1, void *scratch);
+/* Many dots (attention's prefill, see csrc/ops/attention.c):
+ *     out[j * ldo + i] = vec_dot_T(n, X_i, Y_j)   for i < nx, j < ny,
+ * X_i = x + i * ldx (T elements), Y_j = y + j * ldy: f32 holding T's values exactly (converted
+ * from T), so each output has the exact bits of vec_dot[T] on the X row and the T row Y_j came
+ * from. The scores are X = K rows, Y = q rows (n = hd); P.V is X = V transposed (rows of cells),
+ * Y = the probability rows (n = cells, a multiple of 32). */
+typedef void (*llmrt_attn_dots_fn)(int n, int nx, int ny, float *out, int64_t ldo, const void *x, int64_t ldx,
+                                   const float *y, int64_t ldy);
 #define LLMRT_ATTN_SCRATCH(hd, nq, n) ((size_t)8 * (size_t)(nq) * ((size_t)(hd) + (size_t)(n)) + 16384)
 
 /* Per-type traits (designated initializers in csrc/types.c). */
@@ -210,6 +218,9 @@ typedef struct {
     llmrt_attn_qk_fn attn_qk[LLMRT_TYPE_COUNT]; /* likewise, used while attn_qk_dot[T] == vec_dot[T] */
     llmrt_vec_dot_fn attn_qk_dot[LLMRT_TYPE_COUNT];
     const char *attn_qk_name[LLMRT_TYPE_COUNT];
+    llmrt_attn_dots_fn attn_dots[LLMRT_TYPE_COUNT]; /* likewise, used while attn_dots_dot[T] == vec_dot[T] */
+    llmrt_vec_dot_fn attn_dots_dot[LLMRT_TYPE_COUNT];
+    const char *attn_dots_name[LLMRT_TYPE_COUNT];
 } llmrt_kernel_table;
 
 const llmrt_kernel_table *llmrt_kernels(void);

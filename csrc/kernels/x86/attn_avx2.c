@@ -25,6 +25,9 @@
  * Scores. Each K.q is vec_dot_f16_avx2's / vec_dot_f32_avx2's sequence (see dot_f16 below);
  * for f16 the q rows are converted to f32 once (exact), and each K vector, converted once, goes
  * into the accumulators of every row.
+ *
+ * Many dots (attn_dots_f16_avx2, the tiled prefill's P.V over V transposed): vec_dot_f16_avx2 of
+ * every (X row, Y row) pair in 4 x 3 register tiles, see "many dots" below.
  */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
@@ -303,6 +306,114 @@ static void attn_qk_f32_avx2(int hd, int nq, float *s, int64_t lds, const void *
     }
 }
 
+/* ---- many dots (llmrt_attn_dots_fn): out[j * ldo + i] = vec_dot_f16_avx2(n, X_i, Y_j), tiled
+ * RX X rows by RY Y rows in registers. vec_dot_f16_avx2's 4 accumulators are independent chains
+ * (accumulator a sums elements 32 e + 8 a + l in increasing e, lane l), so they are built one at a
+ * time (4 passes over the rows), each X vector converted once for the RY rows and each Y vector
+ * loaded once for the RX rows: RX * RY chains of fmas in flight. Then
+ * r = (a0 + a2) + (a1 + a3) as vec_dot_f16_avx2 adds them, and the horizontal sums of 8 r at once
+ * (qk_f16_end8) or, with a tail, one at a time (qk_f16_finish's end). */
+
+enum { DX = 4, DY = 3, DXB = 24 }; /* tile: DX X rows by DY Y rows; X rows per finishing block */
+
+/* Accumulator a of the tile (RX <= DX, RY <= DY): acc[j][i] over np (a multiple of 32) elements. */
+static ALWAYS_INLINE void dots_pass(int np, int RX, int RY, int a, const llmrt_fp16_t *x, int64_t ldx,
+                                    const float *y, int64_t ldy, __m256 acc[DY][DX]) {
+    for (int j = 0; j < RY; j++) {
+        for (int i = 0; i < RX; i++) acc[j][i] = _mm256_setzero_ps();
+    }
+    for (int64_t e = 8 * a; e < np; e += 32) {
+        __m256 yv[DY];
+        for (int j = 0; j < RY; j++) yv[j] = _mm256_loadu_ps(y + j * ldy + e);
+        for (int i = 0; i < RX; i++) {
+            const __m256 xv = _mm256_cvtph_ps(loadu128(x + i * ldx + e)); /* once for the RY rows */
+            for (int j = 0; j < RY; j++) acc[j][i] = _mm256_fmadd_ps(xv, yv[j], acc[j][i]);
+        }
+    }
+}
+
+/* r[j][i] = (a0 + a2) + (a1 + a3) of X row i and Y row j (passes in the order 0, 2, 1, 3). */
+static ALWAYS_INLINE void dots_tile(int np, int RX, int RY, const llmrt_fp16_t *x, int64_t ldx, const float *y,
+                                    int64_t ldy, __m256 r[DY][DX]) {
+    __m256 t[DY][DX], u[DY][DX];
+    dots_pass(np, RX, RY, 0, x, ldx, y, ldy, t);
+    dots_pass(np, RX, RY, 2, x, ldx, y, ldy, u);
+    for (int j = 0; j < RY; j++) {
+        for (int i = 0; i < RX; i++) t[j][i] = _mm256_add_ps(t[j][i], u[j][i]); /* a0 + a2 */
+    }
+    dots_pass(np, RX, RY, 1, x, ldx, y, ldy, r);
+    dots_pass(np, RX, RY, 3, x, ldx, y, ldy, u);
+    for (int j = 0; j < RY; j++) {
+        for (int i = 0; i < RX; i++) r[j][i] = _mm256_add_ps(t[j][i], _mm256_add_ps(r[j][i], u[j][i]));
+    }
+}
+
+/* vec_dot_f16_avx2's end from r = (a0 + a2) + (a1 + a3): halves, two hadds, the tail in double. */
+static ALWAYS_INLINE float dots_finish(__m256 r, int np, int n, const llmrt_fp16_t *xr, const float *yr) {
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    double sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    for (int i = np; i < n; i++) sum += (double)(f16(xr[i]) * yr[i]);
+    return (float)sum;
+}
+
+/* RY (constant) Y rows with all nx X rows, DXB X rows at a time: their r kept, then finished. */
+static ALWAYS_INLINE void dots_rows(int N, int RY, int nx, float *out, int64_t ldo, const llmrt_fp16_t *x,
+                                    int64_t ldx, const float *y, int64_t ldy) {
+    const int np = N & ~31;
+    for (int i0 = 0; i0 < nx; i0 += DXB) {
+        const int nb = nx - i0 < DXB ? nx - i0 : DXB;
+        __m256 rb[DY][DXB];
+        int i = 0;
+        for (; i + DX <= nb; i += DX) {
+            __m256 r[DY][DX];
+            dots_tile(np, DX, RY, x + (i0 + i) * ldx, ldx, y, ldy, r);
+            for (int j = 0; j < RY; j++) {
+                for (int k = 0; k < DX; k++) rb[j][i + k] = r[j][k];
+            }
+        }
+        if (nb > i) { /* the last 1 .. DX - 1 X rows */
+            __m256 r[DY][DX];
+            const int rx = nb - i;
+            switch (rx) {
+            case 3: dots_tile(np, 3, RY, x + (i0 + i) * ldx, ldx, y, ldy, r); break;
+            case 2: dots_tile(np, 2, RY, x + (i0 + i) * ldx, ldx, y, ldy, r); break;
+            default: dots_tile(np, 1, RY, x + (i0 + i) * ldx, ldx, y, ldy, r); break;
+            }
+            for (int j = 0; j < RY; j++) {
+                for (int k = 0; k < rx; k++) rb[j][i + k] = r[j][k];
+            }
+        }
+        for (int j = 0; j < RY; j++) {
+            float *o = out + j * ldo + i0;
+            int k = 0;
+            if (np == N) {
+                for (; k + 8 <= nb; k += 8) _mm256_storeu_ps(o + k, qk_f16_end8(rb[j] + k));
+            }
+            for (; k < nb; k++) o[k] = dots_finish(rb[j][k], np, N, x + (i0 + k) * ldx, y + j * ldy);
+        }
+    }
+}
+
+static ALWAYS_INLINE void dots_n(int N, int nx, int ny, float *out, int64_t ldo, const llmrt_fp16_t *x,
+                                 int64_t ldx, const float *y, int64_t ldy) {
+    for (int j0 = 0; j0 < ny; j0 += DY) {
+        float *o = out + j0 * ldo;
+        const float *yj = y + j0 * ldy;
+        switch (ny - j0 < DY ? ny - j0 : DY) {
+        case 3: dots_rows(N, 3, nx, o, ldo, x, ldx, yj, ldy); break;
+        case 2: dots_rows(N, 2, nx, o, ldo, x, ldx, yj, ldy); break;
+        default: dots_rows(N, 1, nx, o, ldo, x, ldx, yj, ldy); break;
+        }
+    }
+}
+
+/* n is not specialized: with constant bounds the 4 passes unroll into one block that spills. */
+static void attn_dots_f16_avx2(int n, int nx, int ny, float *out, int64_t ldo, const void *x, int64_t ldx,
+                               const float *y, int64_t ldy) {
+    dots_n(n, nx, ny, out, ldo, x, ldx, y, ldy);
+}
+
 static void attn_pv_f16_avx2(int hd, int nq, float *y, int64_t ldy, const void *v, int64_t ldv, const void *p,
                              int64_t ldp, int c0, int c1, void *scratch) {
     attn_pv(KIND_F16, hd, nq, y, ldy, v, ldv, p, ldp, c0, c1, scratch);
@@ -328,6 +439,9 @@ void llmrt_register_attn_kernels_avx2(llmrt_kernel_table *kt) {
     kt->attn_qk[LLMRT_TYPE_F32] = attn_qk_f32_avx2;
     kt->attn_qk_dot[LLMRT_TYPE_F32] = kt->vec_dot[LLMRT_TYPE_F32];
     kt->attn_qk_name[LLMRT_TYPE_F32] = "attn_qk_f32_avx2";
+    kt->attn_dots[LLMRT_TYPE_F16] = attn_dots_f16_avx2;
+    kt->attn_dots_dot[LLMRT_TYPE_F16] = kt->vec_dot[LLMRT_TYPE_F16];
+    kt->attn_dots_name[LLMRT_TYPE_F16] = "attn_dots_f16_avx2";
 #else
     (void)kt;
 #endif
