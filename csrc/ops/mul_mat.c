@@ -10,9 +10,10 @@
  * are (range of groups) x (block of tokens), claimed atomically in token-block-major order, so
  * both threads work on the same token block (its activations stay in L2) on different weights.
  * A group's R rows (or kt->gemm_groups consecutive groups) are fed to kt->gemm for all tokens of
- * the block at once (the groups, a few KB, stay in L1 while the kernel tiles the tokens). Group ranges are sized for at least
- * MM_CHUNKS_PER_THREAD chunks per thread per token block (decode: many small chunks, so no
- * thread idles at the end of a node) and at most MM_CHUNK_BYTES of weights.
+ * the block at once (the groups, a few KB, stay in L1 while the kernel tiles the tokens). Group
+ * ranges are sized for at least MM_CHUNKS_PER_THREAD chunks per thread per token block (decode:
+ * many small chunks, so no thread idles at the end of a node), at most MM_CHUNK_BYTES of weights
+ * (rounded up to whole gemm calls).
  *
  * AMX (amx.h): a weight with an AMX copy, in a run of >= LLMRT_AMX_MIN_TOKENS tokens while
  * llmrt_amx_matmul() is on, goes to llmrt_amx_gemm_int8 instead: chunks are MM_AMX_ROWS weight

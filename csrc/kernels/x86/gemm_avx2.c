@@ -19,7 +19,8 @@
  *     value fits, nothing saturates).
  * n_x = 1 is the decode GEMV (a tile of one token streams the group once); n_x > 1 tiles tokens
  * by GEMM_NT, the rest by smaller tiles; for Q4_0/Q4_1/Q5_0/Q5_1 the group is first unpacked to
- * bytes once per call (tile_q32u, below).
+ * bytes once per call (tile_q32u, below), and a call of two groups (gemm_groups = 2, what MUL_MAT
+ * gives this level) runs 8-row x 1-token tiles over both (tile_q32x2).
  */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
