@@ -178,6 +178,17 @@ def vec_dot_all(t, w, a, k):
     return out
 
 
+def assert_gemm_bits(pw, t, w, a, k, what):
+    """gemm over every group of pw == vec_dot on the plain rows, bit for bit; returns vec_dot's."""
+    got = gemm_all(pw, a)
+    want = vec_dot_all(t, w, a, k)
+    assert np.isfinite(want).all() and np.abs(want).max() > 0  # a real comparison
+    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+    assert bad.size == 0, (f"{what}: {len(bad)} of {want.size} differ, first (j, r) = {tuple(bad[0])}: "
+                           f"{got[tuple(bad[0])]!r} vs {want[tuple(bad[0])]!r}")
+    return want
+
+
 @pytest.mark.parametrize("n_x", N_X)
 @pytest.mark.parametrize("t,k", cases(KQUANTS, K_QUANT) + cases(FLOATS, K_FLOAT),
                          ids=lambda v: v.name if isinstance(v, T) else str(v))
@@ -192,13 +203,7 @@ def test_gemm_bit_exact(isa_level, t, k, n_x, rng):
         w = random_rows(t, k, m, rng)
         a = act_rows(t, k, n_x, rng)
         pw = core.pack_weight(w, int(t), k, m)
-        got = gemm_all(pw, a)
-        want = vec_dot_all(t, w, a, k)
-        assert np.isfinite(want).all() and np.abs(want).max() > 0  # a real comparison
-        bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
-        assert bad.size == 0, (f"{names['gemm'][t.name]} vs {names['vec_dot'][t.name]}, M={m}: "
-                               f"{len(bad)} of {want.size} differ, first (j, r) = {tuple(bad[0])}: "
-                               f"{got[tuple(bad[0])]!r} vs {want[tuple(bad[0])]!r}")
+        assert_gemm_bits(pw, t, w, a, k, f"{names['gemm'][t.name]} vs {names['vec_dot'][t.name]}, M={m}")
 
 
 def test_gemm_kernel_names(isa_level):
@@ -230,11 +235,7 @@ def test_gemm_prefill_chunks_bit_exact(isa_level, t, n_x, rng):
     w = random_rows(t, k, m, rng)
     a = act_rows(t, k, n_x, rng)
     pw = core.pack_weight(w, int(t), k, m)
-    got = gemm_all(pw, a)
-    want = vec_dot_all(t, w, a, k)
-    assert np.isfinite(want).all() and np.abs(want).max() > 0  # a real comparison
-    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
-    assert bad.size == 0, f"{len(bad)} of {want.size} differ, first (j, r) = {tuple(bad[0])}"
+    want = assert_gemm_bits(pw, t, w, a, k, f"n_x={n_x}")
     # each group alone with fewer rows than it holds (n_rows < R): the same bits
     got5 = pw.gemm(0, a, n_rows=5)
     assert (got5.view(np.uint32) == want[:, :5].view(np.uint32)).all()

@@ -124,6 +124,13 @@ static inline int visible(int32_t pc, int32_t p, int n_swa) {
     return pc <= p && !(n_swa > 0 && (int64_t)p - (int64_t)pc >= n_swa);
 }
 
+/* [*a, *b): the KV_ALIGN blocks of the n_kv cells that hold the cells lo..hi (hi >= lo >= 0). */
+static void aligned_range(int64_t lo, int64_t hi, int64_t n_kv, int64_t *a, int64_t *b) {
+    *a = lo / KV_ALIGN * KV_ALIGN;
+    *b = (hi + KV_ALIGN) / KV_ALIGN * KV_ALIGN;
+    if (*b > n_kv) *b = n_kv;
+}
+
 /* vis[cell] = whether the cell (< n_kv) is visible from position p_i (as visible(); 0 past
  * n_valid), branch-free; the first and last visible cell (*hi = -1 if none), and the cells
  * [*a, *b) the softmax and P.V visit: the KV_ALIGN blocks holding them (all n_kv if none). */
@@ -140,11 +147,7 @@ static void visible_mask(const int32_t *cpos, int64_t n_valid, int64_t n_kv, int
     *hi = n_valid - 1;
     while (*hi >= 0 && !vis[*hi]) --*hi;
     *a = 0, *b = n_kv;
-    if (*hi >= 0) {
-        *a = *lo / KV_ALIGN * KV_ALIGN;
-        *b = (*hi + KV_ALIGN) / KV_ALIGN * KV_ALIGN;
-        if (*b > n_kv) *b = n_kv;
-    }
+    if (*hi >= 0) aligned_range(*lo, *hi, n_kv, a, b);
 }
 
 /* ggml_vec_max_f32 of x[0 .. n) in 8 independent chains (a NaN is skipped, as the per-token path
@@ -412,11 +415,7 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
          * column-by-column path; else the aligned blocks holding unmasked cells, which gives the
          * same sums (the blocks left out add exact zeros) */
         int64_t a = 0, b = n_kv;
-        if (pv != NULL && hi >= 0) {
-            a = lo / KV_ALIGN * KV_ALIGN;
-            b = (hi + KV_ALIGN) / KV_ALIGN * KV_ALIGN;
-            if (b > n_kv) b = n_kv;
-        }
+        if (pv != NULL && hi >= 0) aligned_range(lo, hi, n_kv, &a, &b);
         /* scores: K.q on [lo, hi] (masked cells inside are computed, then overwritten) */
         if (hi >= 0) {
             if (qk != NULL) {

@@ -68,6 +68,19 @@ static ALWAYS_INLINE void tile_store(const __m256 *acc, const int ld, const __m1
     }
 }
 
+/* Block ib's scales of the group's 4 rows in f32 (sc region, gemm_q32.h): d, and for Q4_1 / Q5_1
+ * (q8_1) m (else 0). */
+static ALWAYS_INLINE void group_scales(const int q8_1, const uint8_t *sc, const int64_t ib, __m128 *xd, __m128 *xm) {
+    if (q8_1) {
+        const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + ib * 16)));
+        *xd = _mm256_castps256_ps128(dm);
+        *xm = _mm256_extractf128_ps(dm, 1);
+    } else {
+        *xd = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sc + ib * 8)));
+        *xm = _mm_setzero_ps();
+    }
+}
+
 /* One tile: rows 0..3 of the group x tokens 0..NT-1 of x; writes rows < n_rows. */
 static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t nb, const uint8_t *grp,
                                    const uint8_t *x, const size_t xs, float *y, const int64_t ys,
@@ -99,14 +112,8 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             _mm_prefetch((const char *)a, _MM_HINT_T0);
             if (pfs > 64) _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
         }
-        __m128 xd, xm = _mm_setzero_ps();
-        if (q8_1) {
-            const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + ib * 16)));
-            xd = _mm256_castps256_ps128(dm);
-            xm = _mm256_extractf128_ps(dm, 1);
-        } else {
-            xd = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sc + ib * 8)));
-        }
+        __m128 xd, xm;
+        group_scales(q8_1, sc, ib, &xd, &xm);
         _Alignas(16) float dp[4][4];                      /* [token][row] d_x·d_y */
         __m256i yq[4], yo[4];
         for (int j = 0; j < NT; j++) {
@@ -212,14 +219,8 @@ static ALWAYS_INLINE void tile_q32u(const int type, const int NT, const int64_t 
         for (int r = 0; r < Q32_R; r++) acc[r][j] = _mm256_setzero_ps();
     }
     for (int64_t ib = 0; ib < nb; ib++) {
-        __m128 xd, xm = _mm_setzero_ps();
-        if (q8_1) {
-            const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + ib * 16)));
-            xd = _mm256_castps256_ps128(dm);
-            xm = _mm256_extractf128_ps(dm, 1);
-        } else {
-            xd = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sc + ib * 8)));
-        }
+        __m128 xd, xm;
+        group_scales(q8_1, sc, ib, &xd, &xm);
         const uint8_t *wb = wq + ib * 128;
         for (int j = 0; j < NT; j++) {
             const uint8_t *yb = x + (size_t)j * xs + (size_t)ib * ybs;
