@@ -27,6 +27,7 @@
 static llmrt_cpu_features features;
 static int features_probed = 0;
 static int isa_current = -1;
+static int isa_emulated = 0;
 static llmrt_kernel_table kernel_table;
 
 static const char *isa_names[LLMRT_ISA_COUNT] = { "generic", "avx2", "avx512", "avx512_vnni", "amx" };
@@ -171,7 +172,37 @@ int llmrt_set_isa(int level) {
     else if (llmrt_amx_matmul() == LLMRT_AMX_HW) llmrt_amx_set_matmul(-1);
     kernel_table = kt;
     isa_current = level;
+    isa_emulated = 0;
     return level;
+}
+
+int llmrt_set_isa_emulated(int level, int bf16) {
+    if (level != LLMRT_ISA_AVX512 && level != LLMRT_ISA_AVX512_VNNI) return LLMRT_EUNSUPPORTED;
+    if (llmrt_isa_max_supported() < LLMRT_ISA_AVX2) return LLMRT_EUNSUPPORTED;
+    llmrt_kernel_table kt;
+    memset(&kt, 0, sizeof(kt));
+    llmrt_register_kernels_generic(&kt);
+    llmrt_register_dot_kernels_generic(&kt);
+    llmrt_register_gemm_kernels_generic(&kt);
+    llmrt_register_gemm_k_kernels_generic(&kt);
+    llmrt_register_attn_kernels_generic(&kt);
+    llmrt_register_wq_kernels_generic(&kt);
+    llmrt_register_kernels_avx2(&kt);
+    llmrt_register_dot_kernels_avx2(&kt);
+    llmrt_register_gemm_kernels_avx2(&kt);
+    llmrt_register_gemm_k_kernels_avx2(&kt);
+    llmrt_register_attn_kernels_avx2(&kt);
+    llmrt_register_wq_kernels_avx2(&kt);
+    llmrt_register_kernels_emu512(&kt, level, bf16 != 0);
+    if (llmrt_amx_matmul() == LLMRT_AMX_HW) llmrt_amx_set_matmul(-1);
+    kernel_table = kt;
+    isa_current = level;
+    isa_emulated = 1;
+    return level;
+}
+
+int llmrt_isa_emulated(void) {
+    return isa_emulated;
 }
 
 int llmrt_cpu_init(int *capped_from, int *bad_env) {

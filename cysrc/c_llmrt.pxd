@@ -42,6 +42,10 @@ cdef extern from "llmrt/llmrt.h" nogil:
     int llmrt_isa_max_supported()
     int llmrt_cpu_init(int *capped_from, int *bad_env)
     int llmrt_set_isa(int level)
+    int llmrt_set_isa_emulated(int level, int bf16)
+    int llmrt_isa_emulated()
+    int llmrt_simdw_op_avx512(int op, const void *a, const void *b, const void *c, void *out)
+    int llmrt_simdw_op_emu512(int op, const void *a, const void *b, const void *c, void *out)
     int llmrt_isa_current()
 
     ctypedef void (*llmrt_attn_dots_fn)(int n, int nx, int ny, float *out, int64_t ldo, const void *x,

@@ -45,6 +45,46 @@ def set_isa(name):
     return ISA_NAMES[llmrt_set_isa(level)]
 
 
+def set_isa_emulated(name, bint bf16=True):
+    """Tests only: the kernel table of level `name` (avx512 | avx512_vnni) with its AVX-512 kernels
+    on simdw.h's AVX2 emulation (csrc/kernels/x86/emu512.c). Returns the level name."""
+    cdef int level = llmrt_isa_from_name(name.encode())
+    cdef int r = llmrt_set_isa_emulated(level, 1 if bf16 else 0)
+    if r < 0:
+        raise ValueError(f"cannot emulate ISA level {name!r} here (needs avx512 or avx512_vnni, and AVX2)")
+    return ISA_NAMES[r]
+
+
+def isa_emulated():
+    return bool(llmrt_isa_emulated())
+
+
+SIMDW_OPS = ("add_epi8", "sub_epi16", "add_epi32", "mullo_epi16", "maddubs_epi16", "madd_epi16",
+             "shuffle_epi8", "sign_epi8", "srli_epi16_4", "and_or_andnot", "bcast256", "unpack_epi8",
+             "dpbusd", "fmadd_ps", "cvtepi32_ps", "cvtph_ps", "reduce_add_ps", "dpbf16_ps")
+
+
+def simdw_op(str backend, str op, const unsigned char[::1] a, const unsigned char[::1] b,
+             const unsigned char[::1] c):
+    """Tests only: out = op(a, b, c) on 64-byte vectors with simdw.h's backend "avx512" (the real
+    instructions: the caller checks the CPU has them) or "emu512". Returns 64 bytes."""
+    if a.shape[0] != 64 or b.shape[0] != 64 or c.shape[0] != 64:
+        raise ValueError("simdw_op operands are 64 bytes each")
+    cdef int opi = SIMDW_OPS.index(op)
+    out = bytearray(64)
+    cdef unsigned char[::1] o = out
+    cdef int r
+    if backend == "avx512":
+        r = llmrt_simdw_op_avx512(opi, &a[0], &b[0], &c[0], &o[0])
+    elif backend == "emu512":
+        r = llmrt_simdw_op_emu512(opi, &a[0], &b[0], &c[0], &o[0])
+    else:
+        raise ValueError(f"unknown simdw backend {backend!r}")
+    if r != 0:
+        raise RuntimeError(f"simdw op {op} failed on {backend}: status {r}")
+    return bytes(out)
+
+
 def isa_current():
     return ISA_NAMES[llmrt_isa_current()]
 

@@ -74,6 +74,18 @@ def set_isa(name: str) -> str:
     return level
 
 
+def set_isa_emulated(name: str, bf16: bool = True) -> str:
+    """Tests only: level ``name`` ("avx512" or "avx512_vnni") with every AVX-512 kernel written on
+    the SIMD layer (csrc/kernels/x86/simdw.h) running on its AVX2 emulation, on any AVX2 CPU.
+    ``bf16`` also emulates AVX512-BF16. Dispatch never does this; ``set_isa`` leaves it."""
+    return _core.set_isa_emulated(name.lower(), bf16)
+
+
+def isa_emulated() -> bool:
+    """True while the kernel table is an emulated level (set_isa_emulated)."""
+    return _core.isa_emulated()
+
+
 def cpu_features() -> dict:
     """CPU feature flags as probed (after OS register-state checks), name -> bool."""
     return _core.cpu_features()

@@ -1,8 +1,11 @@
 """Shared pytest fixtures for llmrt's tests.
 
-isa_level   parametrized over every ISA level llmrt knows; switches the kernel table to that level
-            for the test (skipping, with the reason, the levels this CPU lacks) and restores the
-            previous level afterwards.
+isa_level   parametrized over every ISA level llmrt knows, plus the AVX-512 levels emulated
+            (ids "avx512-emu", "avx512_vnni-emu": their kernels on simdw.h's AVX2 backend, run on
+            any AVX2 CPU, runtime.set_isa_emulated); switches the kernel table to that level for
+            the test (skipping, with the reason, the levels this CPU lacks), yields the level's
+            name (runtime.isa_emulated() tells the emulated ones apart) and restores the previous
+            level afterwards.
 rng         a numpy Generator with a fixed seed, so failures reproduce.
 """
 from __future__ import annotations
@@ -27,14 +30,28 @@ def skip_unless_isa(name: str) -> None:
         pytest.skip(f"CPU lacks {_ISA_HARDWARE.get(name, name)}")
 
 
-@pytest.fixture(params=list(runtime.ISA_LEVELS))
+EMULATED_LEVELS = ("avx512", "avx512_vnni")
+ISA_PARAMS = list(runtime.ISA_LEVELS) + [name + "-emu" for name in EMULATED_LEVELS]
+
+
+def use_isa(param: str) -> str:
+    """Switch to ISA_PARAMS entry `param` (skipping where this CPU cannot run it); returns the
+    level's name. The caller restores the previous level (runtime.set_isa)."""
+    if param.endswith("-emu"):
+        name = param[:-len("-emu")]
+        skip_unless_isa("avx2")   # the emulation is built on AVX2
+        assert runtime.set_isa_emulated(name) == name
+        return name
+    skip_unless_isa(param)
+    assert runtime.set_isa(param) == param
+    return param
+
+
+@pytest.fixture(params=ISA_PARAMS)
 def isa_level(request):
-    name = request.param
-    skip_unless_isa(name)
     before = runtime.isa()
-    assert runtime.set_isa(name) == name
     try:
-        yield name
+        yield use_isa(request.param)
     finally:
         runtime.set_isa(before)
 

@@ -179,6 +179,28 @@ int llmrt_isa_max_supported(void);                      /* highest level the CPU
 int llmrt_cpu_init(int *capped_from, int *bad_env);
 /* Refills the kernel table for min(level, max supported); returns the level in effect. */
 int llmrt_set_isa(int level);
+/* Tests only: refills the kernel table for `level` (avx512 or avx512_vnni) with the AVX-512 kernels
+ * built on simdw.h's AVX2 emulation backend (csrc/kernels/x86/emu512.c), on any CPU with AVX2:
+ * every kernel a machine with that level would run, computed by the emulation. `bf16` (0/1) also
+ * emulates AVX512-BF16. Dispatch never calls this. Returns the level in effect, or LLMRT_EUNSUPPORTED
+ * (no AVX2, or a level other than avx512 / avx512_vnni). llmrt_isa_current() then reports `level`;
+ * llmrt_isa_emulated() is 1 until the next llmrt_set_isa. */
+int llmrt_set_isa_emulated(int level, int bf16);
+int llmrt_isa_emulated(void);
+
+/* simdw.h's operations one by one (tests/test_simdw.py): op ids of llmrt_simdw_op_*. */
+typedef enum {
+    LLMRT_SIMDW_ADD_EPI8 = 0, LLMRT_SIMDW_SUB_EPI16, LLMRT_SIMDW_ADD_EPI32, LLMRT_SIMDW_MULLO_EPI16,
+    LLMRT_SIMDW_MADDUBS_EPI16, LLMRT_SIMDW_MADD_EPI16, LLMRT_SIMDW_SHUFFLE_EPI8, LLMRT_SIMDW_SIGN_EPI8,
+    LLMRT_SIMDW_SRLI_EPI16_4, LLMRT_SIMDW_AND_OR_ANDNOT, LLMRT_SIMDW_BCAST256, LLMRT_SIMDW_UNPACK_EPI8,
+    LLMRT_SIMDW_DPBUSD, LLMRT_SIMDW_FMADD_PS, LLMRT_SIMDW_CVTEPI32_PS, LLMRT_SIMDW_CVTPH_PS,
+    LLMRT_SIMDW_REDUCE_ADD_PS, LLMRT_SIMDW_DPBF16_PS, LLMRT_SIMDW_OP_COUNT
+} llmrt_simdw_op_id;
+/* out = op(a, b, c), 64 bytes each. _avx512: the real instructions (only where the CPU has
+ * AVX-512 F/BW/VL/DQ, + VNNI / BF16 for those ops: the caller checks); _emu512: the emulation
+ * (needs AVX2). LLMRT_EUNSUPPORTED: not built for this platform. */
+int llmrt_simdw_op_avx512(int op, const void *a, const void *b, const void *c, void *out);
+int llmrt_simdw_op_emu512(int op, const void *a, const void *b, const void *c, void *out);
 int llmrt_isa_current(void);
 
 /* ---- kernel table --------------------------------------------------------------------------- */
@@ -232,6 +254,9 @@ void llmrt_register_kernels_avx2(llmrt_kernel_table *kt);
 void llmrt_register_kernels_avx512(llmrt_kernel_table *kt);
 void llmrt_register_kernels_avx512_vnni(llmrt_kernel_table *kt);
 void llmrt_register_kernels_amx(llmrt_kernel_table *kt);
+/* The emulated levels' registrations (x86/emu512.c), called by llmrt_set_isa_emulated after the
+ * generic and AVX2 ones: each AVX-512 kernel file built on simdw.h has an emulated twin. */
+void llmrt_register_kernels_emu512(llmrt_kernel_table *kt, int level, int bf16);
 /* Dot-product kernels live in their own files (csrc/kernels/dot_generic.c, x86/dot_*.c). */
 void llmrt_register_dot_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_dot_kernels_avx2(llmrt_kernel_table *kt);
