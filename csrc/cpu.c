@@ -158,13 +158,10 @@ int llmrt_set_isa(int level) {
     if (level >= LLMRT_ISA_AVX512) {
         llmrt_register_kernels_avx512(&kt);
         llmrt_register_dot_kernels_avx512(&kt);
-        llmrt_register_gemm_kernels_avx512(&kt);
         llmrt_register_gemm_k_kernels_avx512(&kt);
     }
     if (level >= LLMRT_ISA_AVX512_VNNI) {
         llmrt_register_kernels_avx512_vnni(&kt);
-        llmrt_register_dot_kernels_avx512_vnni(&kt);
-        llmrt_register_gemm_kernels_avx512_vnni(&kt);
     }
     if (level >= LLMRT_ISA_AMX) llmrt_register_kernels_amx(&kt);
     /* prefill matmuls on AMX tiles at the amx level (a forced software model stays on) */

@@ -696,8 +696,9 @@ class Tokenizer:
         return self.detokenize(ids, remove_special=skip_special, unparse_special=not skip_special)
 
     def detokenize(self, ids, remove_special: bool, unparse_special: bool) -> bytes:
-        """llama_detokenize(ids, remove_special, unparse_special) with both flags free: bytes."""
-        ids = [int(i) for i in ids]
+        """llama_detokenize(ids, remove_special, unparse_special) with both flags free: bytes.
+        ids: a sequence of token ids, or one id (as Hugging Face's decode takes it)."""
+        ids = [int(ids)] if np.ndim(ids) == 0 else [int(i) for i in ids]
         unparse = unparse_special
         remove_space = self.add_space_prefix
         if remove_special and self.add_bos and ids and ids[0] == self.bos_id:

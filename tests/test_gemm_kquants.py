@@ -23,6 +23,7 @@ import gguf
 from gguf import GGMLQuantizationType as T
 
 import llmrt._core as core
+from llmrt import runtime
 
 KQUANTS = (T.Q4_K, T.Q6_K, T.Q5_K, T.Q3_K, T.Q2_K)
 FLOATS = (T.F32, T.F16, T.BF16)
@@ -207,20 +208,25 @@ def test_gemm_bit_exact(isa_level, t, k, n_x, rng):
 
 
 def test_gemm_kernel_names(isa_level):
-    """The packed path exists for every K-quant and float type, with the kernel of this level (or,
-    at the AVX-512 levels, the AVX2 one where dot_avx512.c keeps the AVX2 vec_dot)."""
-    gemm = core.kernel_names()["gemm"]
-    want_level = {"generic": "generic", "avx2": "avx2"}
+    """The packed path exists for every K-quant and float type, and its kernel comes from the same
+    level as the vec_dot it reproduces bit for bit (levels stack: a level keeps the kernels of the
+    level below until it has a faster pair of its own)."""
+    names = core.kernel_names()
     for t in KQUANTS + FLOATS:
-        name = "gemm_" + t.name.lower().replace("_k", "_K")
-        if isa_level in want_level:
-            level = want_level[isa_level]
-        else:  # avx512, avx512_vnni, amx: AVX-512 kernels for the types dot_avx512.c overrides
-            level = "avx512" if t in (T.Q4_K, T.Q6_K) + FLOATS else "avx2"
-            if t == T.BF16 and core.cpu_features()["avx512_bf16"]:
-                assert t.name not in gemm  # vdpbf16ps vec_dot: no packed gemm
-                continue
-        assert gemm[t.name] == f"{name}_{level}"
+        gemm, dot = names["gemm"][t.name], names["vec_dot"][t.name]
+        assert gemm.startswith("gemm_" + t.name.lower().replace("_k", "_K") + "_")
+        assert kernel_level(gemm) == kernel_level(dot), (gemm, dot)
+        if isa_level == "generic":
+            assert kernel_level(gemm) == "generic"
+
+
+def kernel_level(name):
+    """The level suffix of a kernel name: gemm_q4_K_avx512_vnni_emu -> avx512_vnni_emu."""
+    for lv in sorted(runtime.ISA_LEVELS, key=len, reverse=True):
+        for suffix in (lv + "_emu", lv):
+            if name.endswith("_" + suffix):
+                return suffix
+    raise AssertionError(f"{name}: no ISA level suffix")
 
 
 # Q4_K / Q6_K prefill (gemm_k_avx2.c: n_x > 1 runs in chunks of TC = 32 activation rows): token

@@ -418,7 +418,13 @@ def rope_ggml_ref(x, pos, n_rot, mode, freq_base, freq_scale=1.0, ext_factor=0.0
     start = np.floor(corr_dim(beta_fast))
     end = np.ceil(corr_dim(beta_slow))
     corr = (f32(max(0.0, start)), f32(min(n_rot - 1.0, end)))
-    theta_scale = f32(np.power(f32(freq_base), f32(-2.0) / f32(n_rot)))
+    # libm functions of f32 arguments rounded once to f32, as glibc's powf/logf/cosf/sinf give
+    # (numpy's float32 versions are SIMD approximations that differ with the CPU's vector width:
+    # one ulp of theta_scale is 2e-4 rad at position 3000)
+    def libm(fn, *a):
+        return f32(fn(*(np.float64(f32(v)) for v in a)))
+
+    theta_scale = libm(np.power, f32(freq_base), f32(-2.0) / f32(n_rot))
     for i, p in enumerate(pos):
         theta = f32(p)
         cs = []
@@ -432,8 +438,8 @@ def rope_ggml_ref(x, pos, n_rot, mode, freq_base, freq_scale=1.0, ext_factor=0.0
                 ramp = f32(1) - min(f32(1), max(f32(0), y))
                 mix = f32(ramp * f32(ext_factor))
                 th = f32(t_int * (f32(1) - mix) + t_ext * mix)
-                ms = f32(ms * f32(f32(1) + f32(0.1) * f32(np.log(f32(1) / f32(freq_scale)))))
-            cs.append((f32(np.cos(th)) * ms, f32(np.sin(th)) * ms))
+                ms = f32(ms * f32(f32(1) + f32(0.1) * libm(np.log, f32(1) / f32(freq_scale))))
+            cs.append((libm(np.cos, th) * ms, libm(np.sin, th) * ms))
             theta = f32(theta * theta_scale)
         for h in range(x.shape[1]):
             for j, (c, s) in enumerate(cs):

@@ -87,8 +87,6 @@ int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *d
  * Called by llmrt_set_isa in level order, like the vec_dot registrations. */
 void llmrt_register_gemm_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt);
-void llmrt_register_gemm_kernels_avx512(llmrt_kernel_table *kt);
-void llmrt_register_gemm_kernels_avx512_vnni(llmrt_kernel_table *kt);
 /* K-quants (Q2_K..Q6_K) and float types (F32, F16, BF16): csrc/kernels/gemm_k_generic.c,
  * x86/gemm_k_avx2.c, x86/gemm_k_avx512.c (layouts in csrc/kernels/pack_k.h). */
 void llmrt_register_gemm_k_kernels_generic(llmrt_kernel_table *kt);

@@ -261,7 +261,6 @@ void llmrt_register_kernels_emu512(llmrt_kernel_table *kt, int level, int bf16);
 void llmrt_register_dot_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_dot_kernels_avx2(llmrt_kernel_table *kt);
 void llmrt_register_dot_kernels_avx512(llmrt_kernel_table *kt);
-void llmrt_register_dot_kernels_avx512_vnni(llmrt_kernel_table *kt);
 /* Attention kernels (csrc/kernels/attn_generic.c, x86/attn_avx2.c), registered after the dot
  * kernels of the same level (they copy its vec_dot pointers into attn_pv_dot). */
 void llmrt_register_attn_kernels_generic(llmrt_kernel_table *kt);
