@@ -26,7 +26,10 @@ normalized input gives unit-variance outputs; the two projections that write int
 stream (attn_output, ffn_down) are scaled down by a further 1/sqrt(2 * n_layers) (GPT-2's
 residual scaling), so that after all layers the stream's variance has grown by about 2x, not by
 2 * n_layers; token embeddings std 1; every norm weight 1; the output matrix std 2/sqrt(dim),
-so logits have a std of about 2 (peaked but far from saturated softmax). --check runs each file
+so logits have a std of about 2 (far from a saturated softmax). Measured (float64 numpy forward of
+the 0.4b weights on 32 tokens): the residual stream's rms goes 1.01 after block 0, 1.10 after
+block 10, 1.14 after block 15; each block adds about 0.08 (attention) and 0.11 (FFN) rms;
+final logits std 2.00, max |logit| about 10, top probability about 0.04. --check runs each file
 through llmrt and through llama.cpp (/work/ref/venv/bin/python, or --llama-python) on 16 tokens
 and prints the logits' std, max |logit| and the top probability; it fails on a non-finite logit,
 on llama.cpp refusing the file, or on a top probability above 0.99 (a saturated model).
