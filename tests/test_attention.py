@@ -158,3 +158,33 @@ def test_attention_batch_equals_decode_bit_for_bit(rng, case, dtype):
         ys.append(np.concatenate(out))
     for y in ys[1:]:
         np.testing.assert_array_equal(y, ys[0])
+
+
+@pytest.mark.parametrize("case", ["gqa3-hd64-swa20", "gqa4-hd80-softcap"])
+def test_attention_levels_stack(rng, isa_level, case):
+    """Levels stack: the AVX-512 levels widen vec_dot[F16] but register no attention kernels of
+    their own, so they must keep the AVX2 level's attention whole: a prefill (the tiled path) and
+    decode steps give the AVX2 level's bits at every level above it. (Before this held, a wider
+    vec_dot[F16] switched attention to its column-by-column path: other bits, and 16x slower.)"""
+    from llmrt import runtime
+    from conftest import use_isa
+    if isa_level in ("generic", "avx2"):
+        pytest.skip("compares the levels above avx2 with avx2")
+    seed = int(rng.integers(1 << 30))
+    nh, nkv, hd, n_swa, softcap, n_pre, n_dec = CASES[case]
+    pos = np.arange(n_pre + n_dec, dtype=np.int32) + 3
+
+    def run():
+        g, _, _, _ = setup_case(np.random.default_rng(seed), case, "f16", 2)
+        out = [g.run(np.arange(n_pre), pos[:n_pre])]
+        out += [g.run([i], pos[i:i + 1]) for i in range(n_pre, n_pre + n_dec)]
+        return np.concatenate(out)
+
+    y = run()
+    level, emulated = runtime.isa(), runtime.isa_emulated()
+    use_isa("avx2")
+    try:
+        y2 = run()
+    finally:
+        (runtime.set_isa_emulated if emulated else runtime.set_isa)(level)
+    np.testing.assert_array_equal(y, y2)

@@ -344,13 +344,15 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const int64_t hd_v = cache->hd_v[l];
     const int64_t group = n_head / n_head_kv;
     const int is_f16 = cache->type == LLMRT_TYPE_F16;
-    const llmrt_vec_dot_fn dot = kt->vec_dot[is_f16 ? LLMRT_TYPE_F16 : LLMRT_TYPE_F32];
+    const int T = is_f16 ? LLMRT_TYPE_F16 : LLMRT_TYPE_F32;
+    /* the dot the level's attention kernels reproduce (a higher level that widens vec_dot[T]
+     * without attention kernels of its own keeps the lower level's pair: levels stack) */
+    const llmrt_vec_dot_fn dot = kt->attn_pv_dot[T] != NULL ? kt->attn_pv_dot[T] : kt->vec_dot[T];
     const size_t esize = is_f16 ? sizeof(llmrt_fp16_t) : sizeof(float);
     const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
     const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
     const int32_t *cpos = cache->pos;
     const llmrt_quant_row_fn to_f16 = kt->quant_row[LLMRT_TYPE_F16]; /* round to nearest even */
-    const int T = is_f16 ? LLMRT_TYPE_F16 : LLMRT_TYPE_F32;
     /* row-by-row P.V (same operations as the column dots) when this level has it for `dot` */
     const llmrt_attn_pv_fn pv = kt->attn_pv[T] != NULL && kt->attn_pv_dot[T] == dot && hd_v % 8 == 0
                                     ? kt->attn_pv[T] : NULL;

@@ -231,16 +231,17 @@ typedef struct {
     llmrt_gemm_fn gemm[LLMRT_TYPE_COUNT];
     const char *gemm_name[LLMRT_TYPE_COUNT];
     int gemm_groups[LLMRT_TYPE_COUNT];  /* consecutive groups one gemm call may take (0 means 1) */
-    /* attn_pv[T] reproduces the order of attn_pv_dot[T]; attention uses it only while that is
-     * still vec_dot[T] (a higher level that replaces vec_dot[T] without its own attn_pv[T] thus
-     * falls back to the column-by-column path). */
+    /* attn_pv[T] reproduces the order of attn_pv_dot[T]; attention's column-by-column path uses
+     * attn_pv_dot[T] as its dot (vec_dot[T] where no attention kernel is registered), so a higher
+     * level that widens vec_dot[T] without attention kernels of its own keeps the lower level's
+     * attention whole (levels stack). */
     llmrt_attn_pv_fn attn_pv[LLMRT_TYPE_COUNT];
     llmrt_vec_dot_fn attn_pv_dot[LLMRT_TYPE_COUNT];
     const char *attn_pv_name[LLMRT_TYPE_COUNT];
-    llmrt_attn_qk_fn attn_qk[LLMRT_TYPE_COUNT]; /* likewise, used while attn_qk_dot[T] == vec_dot[T] */
+    llmrt_attn_qk_fn attn_qk[LLMRT_TYPE_COUNT]; /* likewise, used while attn_qk_dot[T] == attn_pv_dot[T] */
     llmrt_vec_dot_fn attn_qk_dot[LLMRT_TYPE_COUNT];
     const char *attn_qk_name[LLMRT_TYPE_COUNT];
-    llmrt_attn_dots_fn attn_dots[LLMRT_TYPE_COUNT]; /* likewise, used while attn_dots_dot[T] == vec_dot[T] */
+    llmrt_attn_dots_fn attn_dots[LLMRT_TYPE_COUNT]; /* likewise, used while attn_dots_dot[T] == attn_pv_dot[T] */
     llmrt_vec_dot_fn attn_dots_dot[LLMRT_TYPE_COUNT];
     const char *attn_dots_name[LLMRT_TYPE_COUNT];
 } llmrt_kernel_table;
