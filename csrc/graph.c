@@ -1012,10 +1012,12 @@ int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache
     g->ctx.positions = in->positions;
     g->ctx.cache = g->has_attention ? cache : NULL;
     g->ctx.kv_first = 0;
+    g->ctx.kv_cells = 0;
     g->ctx.kt = llmrt_kernels();
     if (g->has_attention) {
-        g->ctx.kv_first = cache->n_used;
-        for (int i = 0; i < in->n; i++) cache->pos[cache->n_used + i] = in->positions[i];
+        g->ctx.kv_first = cache->first;
+        g->ctx.kv_cells = llmrt_kv_cache_n_cells(cache);
+        for (int i = 0; i < in->n; i++) cache->pos[cache->first + i] = in->positions[i];
     }
     for (int i = 0; i < g->n_nodes; i++) atomic_store(&g->counters[i], 0);
     if (in->n != g->plan_n || n_out != g->plan_n_out) plan_run(g, in->n, n_out);
@@ -1025,10 +1027,7 @@ int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache
 
     const llmrt_tensor *y = g->tensors[g->output];
     memcpy(out, y->data, y->nb[y->tok_dim] * (size_t)y->ne[y->tok_dim]);
-    if (g->has_attention) {
-        cache->n_used += in->n;
-        cache->n_pending = 0;
-    }
+    if (g->has_attention) llmrt_kv_cache_commit(cache, in->n);
     for (int w = 0; w < LLMRT_INPUT_COUNT; w++) {
         if (g->inputs[w] >= 0) g->tensors[g->inputs[w]]->data = NULL;  /* not ours to keep */
     }

@@ -1,7 +1,10 @@
 /*
- * kv_cache.c — the KV cache: allocation, bookkeeping (n_used, n_pending) and the streaming
- * operations (see kv_cache.h): eviction after the n_keep sinks, and shift-RoPE that recomputes
- * each moved key from its exact pre-RoPE master copy, so shifts never accumulate error.
+ * kv_cache.c — the KV cache: allocation, bookkeeping (n_used, n_pending, which cell holds which
+ * token) and the streaming operations (see kv_cache.h): eviction after the n_keep sinks (the
+ * evicted cells become holes the next tokens fill; no cell moves), and shift-RoPE, which turns the
+ * sinks forward instead of the window back (the same relative positions) and recomputes each
+ * turned key from its exact pre-RoPE master copy, so shifts never accumulate error and cost
+ * O(n_keep) key rotations, not O(n_ctx).
  * Attention and the graph run read and write the cells; the rotation arithmetic is rope.c's
  * (llmrt_rope_cache_init / llmrt_rope_apply), exactly what the graph's rope node computes.
  */
@@ -30,6 +33,17 @@ static size_t kpre_cell_floats(const llmrt_kv_cache *c, int l) {
     return (size_t)c->n_head_kv[l] * (size_t)c->hd_k[l];
 }
 
+/* The compaction's one-cell buffer: the largest cell of K, V or (shift) k_pre. */
+static size_t tmp_bytes(const llmrt_kv_cache *c) {
+    size_t m = sizeof(int32_t);
+    for (int l = 0; l < c->n_layer; l++) {
+        const size_t k = kpre_cell_floats(c, l) * sizeof(float), v = llmrt_kv_cache_v_cell_bytes(c, l);
+        m = k > m ? k : m;
+        m = v > m ? v : m;
+    }
+    return m;
+}
+
 static int max_hd_k(const llmrt_kv_cache *c) {
     int m = 1;
     for (int l = 0; l < c->n_layer; l++) {
@@ -39,7 +53,7 @@ static int max_hd_k(const llmrt_kv_cache *c) {
 }
 
 size_t llmrt_kv_cache_nbytes(const llmrt_kv_cache *c) {
-    size_t n = (size_t)c->n_ctx * sizeof(int32_t);
+    size_t n = (size_t)c->n_ctx * (2 * sizeof(int32_t) + 2) + tmp_bytes(c);
     for (int l = 0; l < c->n_layer; l++) {
         n += (size_t)c->n_ctx * (llmrt_kv_cache_k_cell_bytes(c, l) + llmrt_kv_cache_v_cell_bytes(c, l));
         if (c->k_pre != NULL) {
@@ -87,6 +101,10 @@ void llmrt_kv_cache_free(llmrt_kv_cache *c) {
     free(c->k);
     free(c->v);
     free(c->pos);
+    free(c->order);
+    free(c->live);
+    free(c->mark);
+    free(c->tmp);
     free(c->n_head_kv);
     free(c->hd_k);
     free(c->hd_v);
@@ -110,7 +128,11 @@ llmrt_kv_cache *llmrt_kv_cache_new(int n_layer, int n_ctx, const int *n_head_kv,
     c->k = (void **)calloc((size_t)n_layer, sizeof(void *));
     c->v = (void **)calloc((size_t)n_layer, sizeof(void *));
     c->pos = (int32_t *)calloc((size_t)n_ctx, sizeof(int32_t));
-    if (!c->n_head_kv || !c->hd_k || !c->hd_v || !c->k || !c->v || !c->pos) {
+    c->order = (int32_t *)calloc((size_t)n_ctx, sizeof(int32_t));
+    c->live = (uint8_t *)calloc((size_t)n_ctx, 1);
+    c->mark = (uint8_t *)calloc((size_t)n_ctx, 1);
+    if (!c->n_head_kv || !c->hd_k || !c->hd_v || !c->k || !c->v || !c->pos || !c->order || !c->live ||
+        !c->mark) {
         llmrt_kv_cache_free(c);
         return NULL;
     }
@@ -126,25 +148,124 @@ llmrt_kv_cache *llmrt_kv_cache_new(int n_layer, int n_ctx, const int *n_head_kv,
             return NULL;
         }
     }
+    c->tmp = (unsigned char *)malloc(tmp_bytes(c));
+    if (c->tmp == NULL) {
+        llmrt_kv_cache_free(c);
+        return NULL;
+    }
+    llmrt_kv_cache_clear(c);
     return c;
+}
+
+/* A cell no token holds: invisible from every position (attention masks by pos[]). */
+static void free_cell(llmrt_kv_cache *c, int cell) {
+    c->live[cell] = 0;
+    c->pos[cell] = LLMRT_KV_POS_FREE;
+}
+
+/* n_phys := one past the highest live cell. */
+static void trim_phys(llmrt_kv_cache *c) {
+    while (c->n_phys > 0 && !c->live[c->n_phys - 1]) c->n_phys--;
 }
 
 void llmrt_kv_cache_clear(llmrt_kv_cache *c) {
     c->n_used = 0;
     c->n_pending = 0;
+    c->n_phys = 0;
+    c->first = 0;
+    c->pos_offset = 0;
+    for (int i = 0; i < c->n_ctx; i++) free_cell(c, i);
 }
 
 int llmrt_kv_cache_prepare(llmrt_kv_cache *c, int n) {
     if (n < 1 || n > c->n_ctx - c->n_used) return LLMRT_EINVAL;
+    int first = -1;
+    for (int i = 0, run = 0; i < c->n_phys; i++) {       /* a hole of n cells */
+        run = c->live[i] ? 0 : run + 1;
+        if (run == n) {
+            first = i + 1 - n;
+            break;
+        }
+    }
+    if (first < 0 && c->n_phys + n <= c->n_ctx) first = c->n_phys;
+    if (first < 0) {                                     /* fragmented: move the tokens down */
+        llmrt_kv_cache_compact(c);
+        first = c->n_phys;
+    }
+    c->first = first;
     c->n_pending = n;
-    return c->n_used;
+    return first;
+}
+
+void llmrt_kv_cache_commit(llmrt_kv_cache *c, int n) {
+    for (int i = 0; i < n; i++) {
+        c->order[c->n_used + i] = c->first + i;
+        c->live[c->first + i] = 1;
+    }
+    c->n_used += n;
+    c->n_pending = 0;
+    if (c->first + n > c->n_phys) c->n_phys = c->first + n;
+}
+
+int llmrt_kv_cache_n_cells(const llmrt_kv_cache *c) {
+    const int end = c->n_pending > 0 ? c->first + c->n_pending : 0;
+    return end > c->n_phys ? end : c->n_phys;
 }
 
 int llmrt_kv_cache_truncate(llmrt_kv_cache *c, int n_used) {
     if (n_used < 0 || n_used > c->n_used) return LLMRT_EINVAL;
+    for (int j = n_used; j < c->n_used; j++) free_cell(c, c->order[j]);
     c->n_used = n_used;
     c->n_pending = 0;
+    trim_phys(c);
     return LLMRT_OK;
+}
+
+/* Moves element src_of[j] of base (n elements of `size` bytes) to element j, for a permutation
+ * src_of of [0, n): cycle by cycle through one buffer (c->tmp), each element moved once. */
+static void permute(llmrt_kv_cache *c, void *base, size_t size, const int32_t *src_of, int n) {
+    unsigned char *b = (unsigned char *)base;
+    memset(c->mark, 0, (size_t)n);
+    for (int j = 0; j < n; j++) {
+        if (c->mark[j]) continue;
+        c->mark[j] = 1;
+        if (src_of[j] == j) continue;
+        memcpy(c->tmp, b + (size_t)j * size, size);
+        int k = j;
+        for (;;) {
+            const int s = src_of[k];
+            if (s == j) {
+                memcpy(b + (size_t)k * size, c->tmp, size);
+                break;
+            }
+            memcpy(b + (size_t)k * size, b + (size_t)s * size, size);
+            c->mark[s] = 1;
+            k = s;
+        }
+    }
+}
+
+void llmrt_kv_cache_compact(llmrt_kv_cache *c) {
+    /* order[j] for j >= n_used: the free cells, in increasing order (a full permutation) */
+    int j = c->n_used;
+    for (int i = 0; i < c->n_ctx; i++) {
+        if (!c->live[i]) c->order[j++] = i;
+    }
+    int moved = 0;
+    for (int i = 0; i < c->n_used && !moved; i++) moved = c->order[i] != i;
+    if (moved) {
+        for (int l = 0; l < c->n_layer; l++) {
+            permute(c, c->k[l], llmrt_kv_cache_k_cell_bytes(c, l), c->order, c->n_ctx);
+            permute(c, c->v[l], llmrt_kv_cache_v_cell_bytes(c, l), c->order, c->n_ctx);
+            if (c->k_pre != NULL) {
+                permute(c, c->k_pre[l], kpre_cell_floats(c, l) * sizeof(float), c->order, c->n_ctx);
+            }
+        }
+        permute(c, c->pos, sizeof(int32_t), c->order, c->n_ctx);
+        permute(c, c->live, 1, c->order, c->n_ctx);
+    }
+    for (int i = 0; i < c->n_ctx; i++) c->order[i] = i;
+    c->n_phys = c->n_used;
 }
 
 /* ---- streaming ------------------------------------------------------------------------------ */
@@ -184,28 +305,33 @@ int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_rope_params *r
     return LLMRT_OK;
 }
 
-int llmrt_kv_cache_evict(llmrt_kv_cache *c, int n_keep, int n_discard) {
+/* Frees the cells of tokens [n_keep, n_keep + n_discard) and closes the gap in order[]
+ * (the later tokens' cells stay where they are). */
+static void drop_tokens(llmrt_kv_cache *c, int n_keep, int n_discard) {
+    const int src = n_keep + n_discard;
+    for (int j = n_keep; j < src; j++) free_cell(c, c->order[j]);
+    memmove(c->order + n_keep, c->order + src, (size_t)(c->n_used - src) * sizeof(int32_t));
+    c->n_used -= n_discard;
+    trim_phys(c);
+}
+
+static int check_evict(const llmrt_kv_cache *c, int n_keep, int n_discard) {
     if (n_keep < 0 || n_discard < 1 || c->n_pending != 0) return LLMRT_EINVAL;
     if (n_keep > c->n_used - n_discard) return LLMRT_EINVAL;
-    const int src = n_keep + n_discard;
-    const int n_move = c->n_used - src;
-    for (int l = 0; l < c->n_layer; l++) {
-        const size_t kc = llmrt_kv_cache_k_cell_bytes(c, l), vc = llmrt_kv_cache_v_cell_bytes(c, l);
-        char *k = (char *)c->k[l], *v = (char *)c->v[l];
-        memmove(k + (size_t)n_keep * kc, k + (size_t)src * kc, (size_t)n_move * kc);
-        memmove(v + (size_t)n_keep * vc, v + (size_t)src * vc, (size_t)n_move * vc);
-        if (c->k_pre != NULL) {
-            const size_t pc = kpre_cell_floats(c, l);
-            float *kp = c->k_pre[l];
-            memmove(kp + (size_t)n_keep * pc, kp + (size_t)src * pc, (size_t)n_move * pc * sizeof(float));
-        }
-    }
-    for (int i = 0; i < n_move; i++) {
-        /* int64 arithmetic: positions are caller data, never overflow */
-        const int64_t p = (int64_t)c->pos[src + i] - n_discard;
-        c->pos[n_keep + i] = (int32_t)(p < INT32_MIN ? INT32_MIN : p);
-    }
-    c->n_used -= n_discard;
+    return LLMRT_OK;
+}
+
+/* pos += delta, in int64 (positions are caller data: clamp, never overflow) */
+static void add_pos(llmrt_kv_cache *c, int cell, int64_t delta) {
+    const int64_t p = (int64_t)c->pos[cell] + delta;
+    c->pos[cell] = (int32_t)(p < INT32_MIN ? INT32_MIN : (p > INT32_MAX - 1 ? INT32_MAX - 1 : p));
+}
+
+int llmrt_kv_cache_evict(llmrt_kv_cache *c, int n_keep, int n_discard) {
+    const int rc = check_evict(c, n_keep, n_discard);
+    if (rc != LLMRT_OK) return rc;
+    drop_tokens(c, n_keep, n_discard);
+    for (int j = n_keep; j < c->n_used; j++) add_pos(c, c->order[j], -(int64_t)n_discard);
     return LLMRT_OK;
 }
 
@@ -229,9 +355,10 @@ static void rerope_cell(llmrt_kv_cache *c, int l, int cell, const float *cs, flo
     const float *x = c->k_pre[l] + (size_t)cell * kpre_cell_floats(c, l);
     if (c->type == LLMRT_TYPE_F16) {
         llmrt_fp16_t *kh = (llmrt_fp16_t *)c->k[l] + (size_t)cell * kpre_cell_floats(c, l);
+        const llmrt_quant_row_fn to_f16 = llmrt_kernels()->quant_row[LLMRT_TYPE_F16]; /* RNE, as KV_STORE */
         for (int h = 0; h < nkv; h++) {
             llmrt_rope_apply(cs, rp->n_rot, rp->mode, hd, x + (size_t)h * hd, tmp);
-            for (int e = 0; e < hd; e++) kh[(size_t)h * hd + e] = llmrt_fp32_to_fp16(tmp[e]);
+            to_f16(tmp, kh + (size_t)h * hd, hd);
         }
     } else {
         float *kf = (float *)c->k[l] + (size_t)cell * kpre_cell_floats(c, l);
@@ -260,7 +387,8 @@ int llmrt_kv_cache_rerope(llmrt_kv_cache *c, int c0, int c1) {
         llmrt_rope_yarn_corr_dims(rp.n_rot, rp.n_ctx_orig, rp.freq_base, rp.beta_fast, rp.beta_slow,
                                   corr_dims);
         const float *ff = c->has_ff[g] ? c->rope_ff[g] : NULL;
-        for (int cell = c0; cell < c1; cell++) {
+        for (int j = c0; j < c1; j++) {
+            const int cell = c->order[j];
             llmrt_rope_cache_init((float)c->pos[cell], &rp, ff, corr_dims, 1.0f, cs);
             for (int l = g; l < L; l++) {
                 if (l == g || (c->has_rope[l] && same_rope(c, l, g))) rerope_cell(c, l, cell, cs, tmp);
@@ -272,9 +400,19 @@ int llmrt_kv_cache_rerope(llmrt_kv_cache *c, int c0, int c1) {
 
 int llmrt_kv_cache_shift(llmrt_kv_cache *c, int n_keep, int n_discard) {
     if (c->k_pre == NULL) return LLMRT_EINVAL;
-    const int rc = llmrt_kv_cache_evict(c, n_keep, n_discard);
+    const int rc = check_evict(c, n_keep, n_discard);
     if (rc != LLMRT_OK) return rc;
-    return llmrt_kv_cache_rerope(c, n_keep, c->n_used);
+    drop_tokens(c, n_keep, n_discard);
+    const int64_t off = (int64_t)c->pos_offset + n_discard;
+    if (off >= c->n_ctx) {          /* stored angles stay below ~2 n_ctx: everything back down */
+        for (int j = n_keep; j < c->n_used; j++) add_pos(c, c->order[j], -(int64_t)n_discard);
+        for (int j = 0; j < c->n_used; j++) add_pos(c, c->order[j], -(int64_t)c->pos_offset);
+        c->pos_offset = 0;
+        return llmrt_kv_cache_rerope(c, 0, c->n_used);
+    }
+    for (int j = 0; j < n_keep; j++) add_pos(c, c->order[j], n_discard);
+    c->pos_offset = (int32_t)off;
+    return llmrt_kv_cache_rerope(c, 0, n_keep);
 }
 
 int llmrt_kv_cache_copy(llmrt_kv_cache *dst, const llmrt_kv_cache *src) {
@@ -302,6 +440,11 @@ int llmrt_kv_cache_copy(llmrt_kv_cache *dst, const llmrt_kv_cache *src) {
         }
     }
     memcpy(dst->pos, src->pos, n * sizeof(int32_t));
+    memcpy(dst->order, src->order, n * sizeof(int32_t));
+    memcpy(dst->live, src->live, n);
+    dst->n_phys = src->n_phys;
+    dst->first = src->first;
+    dst->pos_offset = src->pos_offset;
     dst->n_used = src->n_used;
     dst->n_pending = 0;
     return LLMRT_OK;

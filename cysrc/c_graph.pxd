@@ -39,6 +39,10 @@ cdef extern from "llmrt/kv_cache.h" nogil:
         int32_t *pos
         int n_used
         int n_pending
+        int32_t *order
+        int n_phys
+        int first
+        int32_t pos_offset
         float **k_pre
         llmrt_rope_params *rope
         float **rope_ff
@@ -53,6 +57,8 @@ cdef extern from "llmrt/kv_cache.h" nogil:
     void llmrt_kv_cache_clear(llmrt_kv_cache *c)
     int llmrt_kv_cache_prepare(llmrt_kv_cache *c, int n)
     int llmrt_kv_cache_truncate(llmrt_kv_cache *c, int n_used)
+    int llmrt_kv_cache_n_cells(const llmrt_kv_cache *c)
+    void llmrt_kv_cache_compact(llmrt_kv_cache *c)
     size_t llmrt_kv_cache_nbytes(const llmrt_kv_cache *c)
     int llmrt_kv_cache_enable_shift(llmrt_kv_cache *c)
     int llmrt_kv_cache_set_rope(llmrt_kv_cache *c, int l, const llmrt_rope_params *rp, const float *ff)

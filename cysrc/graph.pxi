@@ -120,40 +120,74 @@ cdef class KVCache:
         if layer < 0 or layer >= self.c.n_layer:
             raise ValueError(f"[kv_cache] layer {layer} out of range [0, {self.c.n_layer})")
 
-    def positions(self):
-        """Positions of the used cells, int32 [n_used] (a copy)."""
+    def order(self):
+        """The cell of each token, in token order, int32 [n_used] (a copy). Evictions leave
+        holes that later tokens fill, so cells need not be in token order."""
         cdef int n = self.c.n_used
         out = np.empty(max(n, 1), dtype=np.int32)
         cdef int32_t[::1] o = out
-        memcpy(&o[0], self.c.pos, <size_t>n * sizeof(int32_t))
+        memcpy(&o[0], self.c.order, <size_t>n * sizeof(int32_t))
         return out[:n]
+
+    @property
+    def n_cells(self):
+        """Cells attention reads (every live cell is below)."""
+        return llmrt_kv_cache_n_cells(self.c)
+
+    @property
+    def pos_offset(self):
+        """How far shift() has turned positions forward (kv_cache.h): the next token's position
+        is the last one's + 1, which is (tokens in the cache) + pos_offset in a session."""
+        return self.c.pos_offset
+
+    def compact(self):
+        """Move the cells into token order (contents and positions unchanged)."""
+        if self.c.n_pending:
+            raise ValueError(f"[kv_cache] compact: {self.c.n_pending} cells are reserved for a run")
+        llmrt_kv_cache_compact(self.c)
+
+    def positions(self):
+        """Positions of the tokens, in token order, int32 [n_used] (a copy)."""
+        cdef int n = self.c.n_used
+        out = np.empty(max(n, 1), dtype=np.int32)
+        cdef int32_t[::1] o = out
+        cdef int j
+        for j in range(n):
+            o[j] = self.c.pos[self.c.order[j]]
+        return out[:n]
+
+    cdef object _gather(self, const unsigned char *base, size_t cell):
+        """The cells of the tokens, in token order: [n_used * cell] bytes (a copy)."""
+        cdef int n = self.c.n_used
+        raw = np.empty(cell * <size_t>n + 1, dtype=np.uint8)  # + 1: &r[0] exists even when empty
+        cdef unsigned char[::1] r = raw
+        cdef int j
+        for j in range(n):
+            memcpy(&r[<size_t>j * cell], base + <size_t>self.c.order[j] * cell, cell)
+        return raw[:cell * <size_t>n]
 
     def _cells(self, int layer, bint want_k):
         self._check_layer(layer)
         cdef size_t cell = (llmrt_kv_cache_k_cell_bytes(self.c, layer) if want_k
                             else llmrt_kv_cache_v_cell_bytes(self.c, layer))
-        cdef size_t nbytes = cell * <size_t>self.c.n_used
-        raw = np.empty(nbytes + 1, dtype=np.uint8)  # + 1: &r[0] exists even when empty
-        cdef unsigned char[::1] r = raw
-        memcpy(&r[0], self.c.k[layer] if want_k else self.c.v[layer], nbytes)
-        raw = raw[:nbytes]
+        raw = self._gather(<const unsigned char *>(self.c.k[layer] if want_k else self.c.v[layer]), cell)
         hd = self.c.hd_k[layer] if want_k else self.c.hd_v[layer]
         dt = np.float16 if self.dtype == "f16" else np.float32
         return raw.view(dt).reshape(self.c.n_used, self.c.n_head_kv[layer], hd)
 
     def k(self, int layer):
-        """Keys of the used cells of a layer, [n_used, n_head_kv, hd_k] (a copy)."""
+        """Keys of the tokens of a layer, in token order, [n_used, n_head_kv, hd_k] (a copy)."""
         return self._cells(layer, True)
 
     def v(self, int layer):
-        """Values of the used cells of a layer, [n_used, n_head_kv, hd_v] (a copy)."""
+        """Values of the tokens of a layer, in token order, [n_used, n_head_kv, hd_v] (a copy)."""
         return self._cells(layer, False)
 
     def clear(self):
         llmrt_kv_cache_clear(self.c)
 
     def prepare(self, int n):
-        """Reserve cells [n_used, n_used + n) for the next run; returns the first cell index."""
+        """Reserve n consecutive free cells for the next run; returns the first cell index."""
         if n < 1:
             raise ValueError(f"[kv_cache] prepare: n must be >= 1, got {n}")
         rc = llmrt_kv_cache_prepare(self.c, n)
@@ -163,7 +197,7 @@ cdef class KVCache:
         return rc
 
     def truncate(self, int n_used):
-        """Drop cells >= n_used (and any reservation)."""
+        """Keep the first n_used tokens (drops any reservation)."""
         if n_used < 0 or n_used > self.c.n_used:
             raise ValueError(f"[kv_cache] truncate: n_used must be in [0, {self.c.n_used}], got {n_used}")
         llmrt_kv_cache_truncate(self.c, n_used)
@@ -198,23 +232,26 @@ cdef class KVCache:
                              f"({n_discard}) and n_keep + n_discard <= n_used ({self.c.n_used})")
 
     def evict(self, int n_keep, int n_discard):
-        """Drop cells [n_keep, n_keep + n_discard); later cells move down and their positions
-        drop by n_discard. Keys are NOT re-rotated (see shift())."""
+        """Drop tokens [n_keep, n_keep + n_discard) (their cells become holes); the later tokens'
+        positions drop by n_discard. Keys are NOT re-rotated (see shift())."""
         self._check_evict("evict", n_keep, n_discard)
         llmrt_kv_cache_evict(self.c, n_keep, n_discard)
 
     def rerope(self, int c0=0, c1=None):
-        """Working K of cells [c0, c1) := RoPE(master key, the cell's position), per layer with
+        """Working K of tokens [c0, c1) := RoPE(master key, the token's position), per layer with
         the rope parameters the graph registered. Needs enable_shift()."""
         cdef int e = self.c.n_used if c1 is None else c1
         if not self.has_shift:
             raise ValueError("[kv_cache] rerope: no master keys (call enable_shift() first)")
         if c0 < 0 or e < c0 or e > self.c.n_used:
-            raise ValueError(f"[kv_cache] rerope: cells [{c0}, {e}) not within [0, {self.c.n_used})")
+            raise ValueError(f"[kv_cache] rerope: tokens [{c0}, {e}) not within [0, {self.c.n_used})")
         llmrt_kv_cache_rerope(self.c, c0, e)
 
     def shift(self, int n_keep, int n_discard):
-        """evict(n_keep, n_discard), then re-rope the moved cells from their master keys."""
+        """Drop tokens [n_keep, n_keep + n_discard) and turn the n_keep sinks forward by
+        n_discard positions (re-roped from their master keys) instead of every later key back:
+        the same relative positions, O(n_keep) work (kv_cache.h). pos_offset grows by n_discard;
+        once it reaches n_ctx, every key is re-roped back down (pos_offset 0)."""
         if not self.has_shift:
             raise ValueError("[kv_cache] shift: no master keys (call enable_shift() first)")
         self._check_evict("shift", n_keep, n_discard)
@@ -228,17 +265,15 @@ cdef class KVCache:
                              f"dtype and shift setting ({self!r}, shift {self.has_shift})")
 
     def k_pre(self, int layer):
-        """Master (pre-RoPE) keys of the used cells, f32 [n_used, n_head_kv, hd_k] (a copy)."""
+        """Master (pre-RoPE) keys of the tokens, in token order, f32 [n_used, n_head_kv, hd_k]
+        (a copy)."""
         self._check_layer(layer)
         if not self.has_shift:
             raise ValueError("[kv_cache] k_pre: no master keys (call enable_shift() first)")
-        cdef int n = self.c.n_used
         cdef int nkv = self.c.n_head_kv[layer]
         cdef int hd = self.c.hd_k[layer]
-        out = np.empty(max(n, 1) * nkv * hd, dtype=np.float32)
-        cdef float[::1] o = out
-        memcpy(&o[0], self.c.k_pre[layer], <size_t>n * nkv * hd * sizeof(float))
-        return out[:n * nkv * hd].reshape(n, nkv, hd)
+        raw = self._gather(<const unsigned char *>self.c.k_pre[layer], <size_t>nkv * hd * sizeof(float))
+        return raw.view(np.float32).reshape(self.c.n_used, nkv, hd)
 
     def rope_params(self, int layer):
         """The key RoPE a graph run registered for `layer` (a dict), or None."""

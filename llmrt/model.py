@@ -87,13 +87,17 @@ class Session:
 
     `eval(ids)` appends ids and returns logits. When a batch does not fit, `n_discard` cells
     right after the `n_keep` pinned sinks are evicted (n_discard=-1: half of the unpinned cells,
-    as llama.cpp's n_left / 2), the survivors move down so positions stay contiguous (0..n_used-1)
-    and evaluation continues; a batch bigger than the room is fed in chunks.
+    as llama.cpp's n_left / 2), positions stay contiguous (the survivors' distances shrink by
+    n_discard) and evaluation continues; a batch bigger than the room is fed in chunks.
 
     kv_mode:
-      "shift"      (default) every surviving key is re-rotated by -n_discard positions in place,
-                   computed as ONE rotation of its exact pre-RoPE master key (no drift); no token
-                   is recomputed. Families with `can_shift = False` fall back to "recompute".
+      "shift"      (default) the survivors' keys are re-rotated in place, each as ONE rotation
+                   of its exact pre-RoPE master key (no drift); no token is recomputed. Done as
+                   llama.cpp's shift up to a common offset: the n_keep sinks are turned forward
+                   by n_discard instead of the window back (RoPE attention depends on position
+                   differences only), so a shift costs n_keep key rotations and no cell moves;
+                   every ~ctx_size evicted tokens all keys are re-roped back to offset 0.
+                   Families with `can_shift = False` fall back to "recompute".
       "recompute"  same eviction, then the kept tokens are re-evaluated at their new positions
                    (the exact reference for shift; costs a prefill per eviction).
       "window"     as shift with no sinks (n_keep forced to 0), for experiments.
@@ -199,7 +203,8 @@ class Session:
         """Evaluate chunk (fits in the cache and in one graph) at the next positions."""
         m = len(chunk)
         g = self.model._graph(m, all_logits)
-        pos = np.arange(self.n_past, self.n_past + m, dtype=np.int32)
+        p0 = self.n_past + self.cache.pos_offset    # shifts turn the sinks forward (kv_cache.h)
+        pos = np.arange(p0, p0 + m, dtype=np.int32)
         out_rows = None if all_logits else np.array([m - 1], dtype=np.int32)
         self.cache.prepare(m)
         logits = g.run(chunk, pos, out_rows, cache=self.cache)

@@ -19,6 +19,12 @@ import llmrt._core as core
 ROPE_F32_ATOL = 5e-5
 # f16 cache: plus one f16 rounding of values |x| < 4 (half an ulp: 2^-11 * 4 = 2e-3).
 ROPE_F16_ATOL = 2e-3 + ROPE_F32_ATOL
+# The same cells attended in another cell order (a shifted cache's new tokens fill holes): the
+# softmax sum and P.V reassociate, ~n_cells (< 32) roundings of 2^-24 relative on outputs of two
+# layers' weighted means of |v| <= ~4: 32 * 6e-8 * 8 = 1.5e-5 (f32 cache). With an f16 cache the
+# probabilities are rounded to f16, and one that moved by that much may round to the other
+# neighbour (2^-11 relative): up to 2 layers * |v| 4 * 2^-11 = 4e-3.
+SUM_ORDER_ATOL = {"f32": 2e-5, "f16": 4e-3}
 
 VOCAB, HD, NKV, NH = 19, 16, 2, 4
 
@@ -137,17 +143,31 @@ def test_shift_equals_fresh_run(rng, rid, kw, ff, dtype):
     c.shift(3, 5)
     kept = toks[:3] + toks[8:]
     assert c.n_used == 15
-    np.testing.assert_array_equal(c.positions(), np.arange(15))
+    # the sinks turned forward by 5 instead of the 12 later keys back by 5: positions are the
+    # contiguous ones of llama.cpp's shift plus pos_offset (same differences, same attention)
+    assert c.pos_offset == 5
+    np.testing.assert_array_equal(c.positions(), np.arange(15) + 5)
+    assert sorted(c.order().tolist()) == [0, 1, 2] + list(range(8, 20))   # no cell moved
     fresh = kg.cache(32, dtype)
-    kg.run(fresh, kept, 0)
+    kg.run(fresh, kept, 5)
     _assert_same_cells(c, fresh)
     # and both are RoPE of the master at the new positions, per layer base
     tol = ROPE_F16_ATOL if dtype == "f16" else ROPE_F32_ATOL
     for il in range(2):
-        ref = kg.rope_ref(il, c.k_pre(il), np.arange(15))
+        ref = kg.rope_ref(il, c.k_pre(il), np.arange(15) + 5)
         np.testing.assert_allclose(c.k(il).astype(np.float64), ref, rtol=0, atol=tol)
-    # the next run attends over the shifted cache exactly as over the fresh one
-    np.testing.assert_array_equal(kg.run(c, [1, 2], 15), kg.run(fresh, [1, 2], 15))
+    # the next run attends over the shifted cache as over the fresh one: the same cells in
+    # another order (the new tokens fill the holes), so the same sums up to f32 reassociation
+    # (a few ulp of the outputs, |out| <= ~2 here); once compacted into token order, bit for bit
+    d = kg.cache(32, dtype)
+    d.copy_from(c)
+    y = kg.run(c, [1, 2], 20)
+    assert c.order().tolist()[-2:] == [3, 4]
+    y_fresh = kg.run(fresh, [1, 2], 20)
+    np.testing.assert_allclose(y, y_fresh, rtol=0, atol=SUM_ORDER_ATOL[dtype])
+    d.compact()
+    np.testing.assert_array_equal(d.order(), np.arange(15))
+    np.testing.assert_array_equal(kg.run(d, [1, 2], 20), y_fresh)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
@@ -159,13 +179,16 @@ def test_no_drift_after_1000_shifts(rng, dtype):
     c = kg.cache(8, dtype)
     kg.run(c, toks[:8], 0)
     kept = list(toks[:8])
+    offsets = set()
     for t in toks[8:]:
         c.shift(3, 1)
         del kept[3]
-        kg.run(c, [t], 7)
+        offsets.add(c.pos_offset)
+        kg.run(c, [t], 7 + c.pos_offset)
         kept.append(t)
+    assert offsets == set(range(8))      # pos_offset went round: 1..7, then everything re-roped
     fresh = kg.cache(8, dtype)
-    kg.run(fresh, kept, 0)
+    kg.run(fresh, kept, c.pos_offset)
     _assert_same_cells(c, fresh)
 
 
@@ -198,7 +221,9 @@ def test_cache_without_shift_has_no_master_and_costs_nothing_more(rng):
     plain, shifting = kg.cache(16, "f16", shift=False), kg.cache(16, "f16")
     assert not plain.has_shift and shifting.has_shift
     kv_bytes = 2 * 16 * 2 * NKV * HD * 2            # layers * cells * (K + V) * kv_dim * f16
-    assert plain.nbytes == kv_bytes + 16 * 4         # + positions
+    # + per cell: position, token order (int32), live and compaction marks (u8); + one f32 key
+    # cell of compaction buffer
+    assert plain.nbytes == kv_bytes + 16 * (4 + 4 + 1 + 1) + NKV * HD * 4
     assert shifting.nbytes >= plain.nbytes + 2 * 16 * NKV * HD * 4   # + f32 master keys
     kg.run(plain, [1, 2, 3], 0)                      # runs fine without a master copy
     plain.evict(1, 1)
@@ -229,3 +254,36 @@ def test_validation(rng):
     c.prepare(1)
     with pytest.raises(ValueError, match="reserved"):
         c.shift(1, 1)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32"])
+def test_holes_fill_then_compaction(rng, dtype):
+    """Evicted cells become holes: the next run goes into the first hole that holds it, else
+    after the highest live cell, else the cache compacts into token order first. At every step
+    the cache holds the kept tokens' cells exactly as a fresh run of them (token order), and
+    truncate frees the dropped tokens' cells for reuse."""
+    kg = KGraph(rng, dict(n_rot=HD, mode=2, freq_base=10000.0), None)
+    toks = rng.integers(0, VOCAB, size=40).tolist()
+    c = kg.cache(10, dtype)
+    kept = toks[:10]
+    kg.run(c, kept, 0)
+    c.shift(2, 3)                                    # tokens 2..4 go: cells 2, 3, 4 free
+    del kept[2:5]
+    assert c.n_cells == 10 and c.prepare(3) == 2     # the hole holds the 3 new tokens
+    c.truncate(c.n_used)                             # (drop the reservation)
+    kg.run(c, toks[10:13], 7 + c.pos_offset)
+    kept += toks[10:13]
+    assert c.order().tolist() == [0, 1, 5, 6, 7, 8, 9, 2, 3, 4]
+    c.shift(1, 2)                                    # tokens 1, 2 -> cells 1 and 5: two 1-cell holes
+    del kept[1:3]
+    assert c.prepare(2) == 8                         # no hole of 2, no room above: compacted
+    np.testing.assert_array_equal(c.order(), np.arange(8))
+    c.truncate(c.n_used)
+    kg.run(c, toks[13:15], 8 + c.pos_offset)
+    kept += toks[13:15]
+    fresh = kg.cache(10, dtype)
+    kg.run(fresh, kept, c.pos_offset)
+    _assert_same_cells(c, fresh)
+    np.testing.assert_array_equal(c.order(), np.arange(10))
+    c.truncate(6)                                    # the last 4 tokens' cells are free again
+    assert c.n_used == 6 and c.n_cells == 6 and c.prepare(4) == 6

@@ -5,14 +5,15 @@
  * [kv_first, kv_first + n); the run has already written those cells' positions. ATTENTION then
  * computes, for each new token i at position p_i and each head h (one chunk per (i, h)):
  *
- *     s_c = scale * q_ih . K[c, h / (n_head / n_head_kv)]     for every cell c < kv_first + n
+ *     s_c = scale * q_ih . K[c, h / (n_head / n_head_kv)]     for every cell c < kv_cells
  *           with pos[c] <= p_i and (n_swa == 0 or p_i - pos[c] < n_swa)
  *     s_c = softcap * tanh(s_c / softcap)                      if softcap != 0
  *     out = sum_c softmax(s)_c V[c, kv head]
  *
  * in llama.cpp's non-flash order and roundings (see llmrt_compute_attention), so at the AVX2
  * level the result is bit-identical to llama.cpp's AVX2 build run one token at a time. Cells are visited in index order and
- * masked by their stored positions only: a cell's index is never taken as its position.
+ * masked by their stored positions only: a cell's index is never taken as its position (nor its
+ * token order: after evictions, new tokens fill the holes; free cells have position INT32_MAX).
  *
  * Speed without changing a float operation: the kernel table's attn_qk (scores, vec_dot's order
  * inlined over a range of cells) and attn_pv (V read row by row, each output's fma chains kept
@@ -201,7 +202,7 @@ static void attention_tiled(const llmrt_compute_params *p, llmrt_tensor *dst, ll
     const int32_t *cpos = cache->pos;
     const llmrt_quant_row_fn to_f16 = kt->quant_row[LLMRT_TYPE_F16];  /* round to nearest even */
     const llmrt_dequant_row_fn to_f32 = kt->dequant_row[LLMRT_TYPE_F16]; /* exact */
-    const int64_t n_valid = (int64_t)p->ctx->kv_first + n;
+    const int64_t n_valid = p->ctx->kv_cells;
     const int64_t n_tb = (n + TB - 1) / TB;
     const size_t RA = (size_t)(n_head > RMAX ? n_head : RMAX);
 
@@ -357,7 +358,7 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_attn_pv_fn pv = kt->attn_pv[T] != NULL && kt->attn_pv_dot[T] == dot && hd_v % 8 == 0
                                     ? kt->attn_pv[T] : NULL;
     const llmrt_attn_qk_fn qk = kt->attn_qk[T] != NULL && kt->attn_qk_dot[T] == dot ? kt->attn_qk[T] : NULL;
-    const int64_t n_valid = (int64_t)p->ctx->kv_first + n; /* cells written, this run's included */
+    const int64_t n_valid = p->ctx->kv_cells; /* every live cell and this run's are below */
     const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
 
     /* a prefill over an f16 cache: tiled over tokens when that leaves a few chunks per thread and

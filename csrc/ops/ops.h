@@ -28,6 +28,7 @@ typedef struct {
     const int32_t *positions;       /* [n] */
     llmrt_kv_cache *cache;          /* NULL if the graph has no attention */
     int kv_first;                   /* cache cell of this run's token 0 */
+    int kv_cells;                   /* cells attention reads: [0, kv_cells) (llmrt_kv_cache_n_cells) */
     const llmrt_kernel_table *kt;
 } llmrt_run_ctx;
 
