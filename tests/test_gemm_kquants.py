@@ -207,17 +207,26 @@ def test_gemm_bit_exact(isa_level, t, k, n_x, rng):
         assert_gemm_bits(pw, t, w, a, k, f"{names['gemm'][t.name]} vs {names['vec_dot'][t.name]}, M={m}")
 
 
+LEVEL_RANK = {lv: i for i, lv in enumerate(runtime.ISA_LEVELS)}
+
+
 def test_gemm_kernel_names(isa_level):
-    """The packed path exists for every K-quant and float type, and its kernel comes from the same
-    level as the vec_dot it reproduces bit for bit (levels stack: a level keeps the kernels of the
-    level below until it has a faster pair of its own)."""
+    """The packed path exists for every K-quant and float type, and its kernel comes from the
+    vec_dot's level or a higher one up to the active level (levels stack: a level keeps the
+    kernels of the level below until it has a faster one of its own; a higher level's gemm may
+    reproduce a lower level's vec_dot, which the bit-exactness tests here check), and from an
+    emulated twin only at an emulated level."""
     names = core.kernel_names()
+    emulated = runtime.isa_emulated()
     for t in KQUANTS + FLOATS:
         gemm, dot = names["gemm"][t.name], names["vec_dot"][t.name]
         assert gemm.startswith("gemm_" + t.name.lower().replace("_k", "_K") + "_")
-        assert kernel_level(gemm) == kernel_level(dot), (gemm, dot)
+        lg, ld = kernel_level(gemm), kernel_level(dot)
+        assert LEVEL_RANK[ld.removesuffix("_emu")] <= LEVEL_RANK[lg.removesuffix("_emu")] \
+            <= LEVEL_RANK[isa_level], (gemm, dot)
+        assert emulated or not lg.endswith("_emu"), gemm
         if isa_level == "generic":
-            assert kernel_level(gemm) == "generic"
+            assert lg == "generic"
 
 
 def kernel_level(name):
@@ -245,3 +254,34 @@ def test_gemm_prefill_chunks_bit_exact(isa_level, t, n_x, rng):
     # each group alone with fewer rows than it holds (n_rows < R): the same bits
     got5 = pw.gemm(0, a, n_rows=5)
     assert (got5.view(np.uint32) == want[:, :5].view(np.uint32)).all()
+
+
+@pytest.mark.parametrize("k", (256, 768))
+@pytest.mark.parametrize("t", KQUANTS, ids=lambda v: v.name)
+def test_gemm_several_groups_per_call_kquants(isa_level, t, k, rng):
+    """A K-quant gemm that takes gemm_groups() > 1 consecutive groups per call (the avx512_vnni
+    level's 16-row Q4_K prefill, gemm_kq_w.inc) gives vec_dot's bits for every row it covers,
+    whatever n_rows (R + 1 .. G·R, the last group partly real or zero-padded) and n_x (decode,
+    tails of its 4-token steps and of its 64-token chunks)."""
+    R = core.pack_rows(int(t))
+    M = 3 * R + 1                                    # groups 0..2 full, group 3 one real row
+    n_xs = (1, 2, 3, 5, 17, 64, 70)
+    w = random_rows(t, k, M, rng)
+    a = act_rows(t, k, max(n_xs), rng)
+    pw = core.pack_weight(w, int(t), k, M)
+    G = pw.gemm_groups()
+    if G < 2:
+        pytest.skip(f"{t.name}'s gemm takes one group per call at {isa_level}")
+    ref = vec_dot_all(t, w, a, k)
+    for g in (0, 1, pw.n_groups - G):
+        real = min(G * R, M - g * R)
+        for n_rows in sorted({R + 1, G * R - 1, real}):
+            if n_rows > G * R or g + -(-n_rows // R) > pw.n_groups:
+                continue
+            for n_x in n_xs:
+                y = pw.gemm(g, a[:n_x], n_rows)
+                want = np.zeros((n_x, n_rows), np.float32)
+                kk = min(n_rows, real)
+                want[:, :kk] = ref[:n_x, g * R:g * R + kk]
+                np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32),
+                                              err_msg=f"{t.name} k={k} g={g} n_rows={n_rows} n_x={n_x}")

@@ -92,6 +92,10 @@ void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt);
 void llmrt_register_gemm_k_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_gemm_k_kernels_avx2(llmrt_kernel_table *kt);
 void llmrt_register_gemm_k_kernels_avx512(llmrt_kernel_table *kt);
+/* x86/gemm_kq_avx512_vnni.c: Q4_K prefill in 16 lanes with VNNI (gemm_kq_w.inc); its emulated
+ * twin x86/gemm_kq_emu512.c registers the same at an emulated level (tests only). */
+void llmrt_register_gemm_kq_kernels_avx512_vnni(llmrt_kernel_table *kt);
+void llmrt_register_gemm_kq_emu512(llmrt_kernel_table *kt, int level, int bf16);
 /* llmrt_unpack_group for those types (LLMRT_EUNSUPPORTED for the others). */
 int llmrt_unpack_group_k(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes);
 

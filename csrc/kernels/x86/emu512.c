@@ -9,9 +9,8 @@
  * entries stay, so the table is what a CPU with that level runs minus those kernels.
  */
 #include "llmrt/llmrt.h"
+#include "llmrt/gemm.h"
 
 void llmrt_register_kernels_emu512(llmrt_kernel_table *kt, int level, int bf16) {
-    (void)kt;
-    (void)level;
-    (void)bf16;
+    llmrt_register_gemm_kq_emu512(kt, level, bf16);
 }

@@ -88,25 +88,6 @@ static inline __m256i isum8(const __m256i *q, const __m256i *sc, const int8_t *q
 #define TC4 64 /* Q4_K: activation rows per chunk: the transposed quants (2 KB) are made once per
                 * (chunk, super-block); acc, accm, isums: 3 vectors per activation row, 6 KB */
 
-/* 8 x 8 i32 transpose: o[c] lane r = v[r] lane c */
-static ALWAYS_INLINE void transpose8_epi32(const __m256i *v, __m256i *o) {
-    __m256i a[8], b[8];
-    for (int k = 0; k < 4; k++) { /* rows 2k, 2k+1 interleaved: a[2k] columns 0,1 | 4,5; a[2k+1] 2,3 | 6,7 */
-        a[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
-        a[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
-    }
-    for (int h = 0; h < 2; h++) { /* rows 4h..4h+3: b[4h + c] column c | c + 4 */
-        b[4 * h + 0] = _mm256_unpacklo_epi64(a[4 * h], a[4 * h + 2]);
-        b[4 * h + 1] = _mm256_unpackhi_epi64(a[4 * h], a[4 * h + 2]);
-        b[4 * h + 2] = _mm256_unpacklo_epi64(a[4 * h + 1], a[4 * h + 3]);
-        b[4 * h + 3] = _mm256_unpackhi_epi64(a[4 * h + 1], a[4 * h + 3]);
-    }
-    for (int c = 0; c < 4; c++) {
-        o[c] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x20);
-        o[c + 4] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x31);
-    }
-}
-
 /* 4 bytes at p in every i32 lane */
 static ALWAYS_INLINE __m256i bcast4(const int8_t *p) {
     int32_t v;
@@ -248,6 +229,13 @@ static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void 
             memcpy(y + (int64_t)(t0 + t) * y_stride, out, (size_t)n_rows * sizeof(float));
         }
     }
+}
+
+/* The AVX-512 levels' Q4_K gemm (gemm_kq_w.inc) gives these bits: it runs this for decode and for a
+ * lone group, and reproduces it in 16 lanes for prefill. */
+void llmrt_gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                          float *y, int64_t y_stride) {
+    gemm_q4_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
 
 /* ---- Q2_K, Q3_K, Q5_K, Q6_K: 8 lanes per (row, token) ------------------------------------------- */

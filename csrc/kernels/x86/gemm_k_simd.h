@@ -1,6 +1,7 @@
 /*
- * gemm_k_simd.h — AVX2 helpers shared by the packed K-quant kernels (gemm_k_avx2.c, gemm_k_avx512.c):
- * scale vectors from the packed scale bytes and the Q4_K/Q5_K mins part for 8 rows at once.
+ * gemm_k_simd.h — AVX2 helpers shared by the packed K-quant kernels (gemm_k_avx2.c, gemm_k_avx512.c,
+ * gemm_kq_w.inc): scale vectors from the packed scale bytes, the Q4_K/Q5_K mins part for 8 rows at
+ * once, an 8 x 8 i32 transpose.
  * Integer-only (exact). `static inline`, no target of its own: include it AFTER the file's
  * `#pragma GCC target(...)` and simd_avx2.h, inside its `#if defined(__x86_64__)` block.
  */
@@ -53,6 +54,25 @@ static inline __m256i imin8_k4(const uint8_t *mfield, const int16_t *bsums) {
         imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk, bk));
     }
     return imin;
+}
+
+/* 8 x 8 i32 transpose: o[c] lane r = v[r] lane c */
+static inline void transpose8_epi32(const __m256i *v, __m256i *o) {
+    __m256i a[8], b[8];
+    for (int k = 0; k < 4; k++) { /* rows 2k, 2k+1 interleaved: a[2k] columns 0,1 | 4,5; a[2k+1] 2,3 | 6,7 */
+        a[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+        a[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 4h..4h+3: b[4h + c] column c | c + 4 */
+        b[4 * h + 0] = _mm256_unpacklo_epi64(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 1] = _mm256_unpackhi_epi64(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 2] = _mm256_unpacklo_epi64(a[4 * h + 1], a[4 * h + 3]);
+        b[4 * h + 3] = _mm256_unpackhi_epi64(a[4 * h + 1], a[4 * h + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        o[c] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x20);
+        o[c + 4] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x31);
+    }
 }
 
 #endif /* LLMRT_KERNELS_X86_GEMM_K_SIMD_H */
