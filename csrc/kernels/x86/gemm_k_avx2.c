@@ -279,23 +279,10 @@ static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i
         }
         break;
     }
-    default: { /* KQ6: q = nibble | 2 bits of qh at bits 4..5; the bits 2g, 2g + 1 of a qh byte are
-                * moved there by one 16-bit shift (4, 2, 0, -2 bits: no bit crosses into the
-                * neighbour byte's bits 4..5) and a mask */
+    default: /* KQ6 */
         scales16_to_2x8(loadu128(bg + Q6K_SC + 16 * r), 1, sc);
-        const __m256i m30 = _mm256_set1_epi8(0x30);
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = loadu256(bg + Q6K_QL + 128 * r + 64 * h);      /* groups 0 (low), 2 (high) */
-            const __m256i ql1 = loadu256(bg + Q6K_QL + 128 * r + 64 * h + 32); /* groups 1 (low), 3 (high) */
-            const __m256i qh = loadu256(bg + Q6K_QH + 64 * r + 32 * h);
-            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-        }
+        unpack_q6k_row(bg, r, q);
         break;
-    }
     }
 }
 
@@ -448,6 +435,15 @@ static void gemm_q6_K_prefill(int64_t K, const uint8_t *group, int n_rows, const
             for (int r = 0; r < n_rows; r++) yr[r] = hsum_ps(acc[r][t]);
         }
     }
+}
+
+/* The AVX-512 levels' Q6_K gemm (gemm_kq_w.inc) gives these bits: it runs this for decode and for a
+ * lone group, and reproduces it in 16 lanes for prefill. */
+static void gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride);
+void llmrt_gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                          float *y, int64_t y_stride) {
+    gemm_q6_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
 
 static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,

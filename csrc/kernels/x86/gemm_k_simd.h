@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "simd_avx2.h"
+#include "../pack_k.h"
 
 /* the 8 i16 scale vectors of a super-block from its 16 scales (int8, or uint8 masked to 0..15):
  * sc[g] = 8 x s[2g] | 8 x s[2g+1] (lanes 0..7 scale the first 16 elements of group g) */
@@ -72,6 +73,25 @@ static inline void transpose8_epi32(const __m256i *v, __m256i *o) {
     for (int c = 0; c < 4; c++) {
         o[c] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x20);
         o[c + 4] = _mm256_permute2x128_si256(b[c], b[4 + c], 0x31);
+    }
+}
+
+/* Row r of a packed Q6_K block group (pack_k.h): q[s] = the 32 quants of 32-group s, 0..63 (value
+ * q - 32), in element order: q = nibble | 2 bits of qh at bits 4..5; the bits 2g, 2g + 1 of a qh
+ * byte are moved there by one 16-bit shift (4, 2, 0, -2 bits: no bit crosses into the neighbour
+ * byte's bits 4..5) and a mask. */
+static inline void unpack_q6k_row(const uint8_t *bg, int r, __m256i *q) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m30 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        const __m256i ql0 = loadu256(bg + Q6K_QL + 128 * r + 64 * h);      /* groups 0 (low), 2 (high) */
+        const __m256i ql1 = loadu256(bg + Q6K_QL + 128 * r + 64 * h + 32); /* groups 1 (low), 3 (high) */
+        const __m256i qh = loadu256(bg + Q6K_QH + 64 * r + 32 * h);
+        q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
     }
 }
 
