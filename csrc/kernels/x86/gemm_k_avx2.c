@@ -245,7 +245,6 @@ enum { KQ2, KQ3, KQ5, KQ6 };
 /* Unpacks row r of block group bg: q[s] (s = 0..7) the 32 quants of group s as bytes (Q3_K: 0..7
  * with value q - 4; Q6_K: 0..63 with value q - 32), sc[s] the i16 scales of its two halves. */
 static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i *q, __m256i *sc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     switch (kind) {
     case KQ2: {
         scales16_to_2x8(_mm_and_si128(loadu128(bg + Q2K_SC + 16 * r), _mm_set1_epi8(0x0f)), 0, sc);
@@ -267,18 +266,10 @@ static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i
         }
         break;
     }
-    case KQ5: {
+    case KQ5:
         scales8_to_16(bg + Q5K_SC + 8 * r, sc);
-        const __m256i h = loadu256(bg + Q5K_QH + 32 * r);
-        for (int j = 0; j < 4; j++) {
-            const __m256i q4 = loadu256(bg + Q5K_QS + 128 * r + 32 * j);
-            const __m256i lo = _mm256_and_si256(q4, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-            q[2 * j] = _mm256_or_si256(lo, _mm256_slli_epi16(shr_bytes(h, 2 * j, 0x01), 4));
-            q[2 * j + 1] = _mm256_or_si256(hi, _mm256_slli_epi16(shr_bytes(h, 2 * j + 1, 0x01), 4));
-        }
+        unpack_q5k_row(bg, r, q);
         break;
-    }
     default: /* KQ6 */
         scales16_to_2x8(loadu128(bg + Q6K_SC + 16 * r), 1, sc);
         unpack_q6k_row(bg, r, q);
@@ -444,6 +435,13 @@ static void gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void 
 void llmrt_gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                           float *y, int64_t y_stride) {
     gemm_q6_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+
+static void gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride);
+void llmrt_gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                          float *y, int64_t y_stride) {
+    gemm_q5_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
 
 static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,

@@ -76,6 +76,20 @@ static inline void transpose8_epi32(const __m256i *v, __m256i *o) {
     }
 }
 
+/* Row r of a packed Q5_K block group (pack_k.h): q[s] = the 32 quants of 32-group s, 0..31, in
+ * element order (nibble | the qh bit of the group at bit 4). */
+static inline void unpack_q5k_row(const uint8_t *bg, int r, __m256i *q) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i h = loadu256(bg + Q5K_QH + 32 * r);
+    for (int j = 0; j < 4; j++) {
+        const __m256i q4 = loadu256(bg + Q5K_QS + 128 * r + 32 * j);
+        const __m256i lo = _mm256_and_si256(q4, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        q[2 * j] = _mm256_or_si256(lo, _mm256_slli_epi16(shr_bytes(h, 2 * j, 0x01), 4));
+        q[2 * j + 1] = _mm256_or_si256(hi, _mm256_slli_epi16(shr_bytes(h, 2 * j + 1, 0x01), 4));
+    }
+}
+
 /* Row r of a packed Q6_K block group (pack_k.h): q[s] = the 32 quants of 32-group s, 0..63 (value
  * q - 32), in element order: q = nibble | 2 bits of qh at bits 4..5; the bits 2g, 2g + 1 of a qh
  * byte are moved there by one 16-bit shift (4, 2, 0, -2 bits: no bit crosses into the neighbour
