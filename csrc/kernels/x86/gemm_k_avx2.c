@@ -246,26 +246,14 @@ enum { KQ2, KQ3, KQ5, KQ6 };
  * with value q - 4; Q6_K: 0..63 with value q - 32), sc[s] the i16 scales of its two halves. */
 static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i *q, __m256i *sc) {
     switch (kind) {
-    case KQ2: {
+    case KQ2:
         scales16_to_2x8(_mm_and_si128(loadu128(bg + Q2K_SC + 16 * r), _mm_set1_epi8(0x0f)), 0, sc);
-        for (int k = 0; k < 2; k++) {
-            const __m256i q2 = loadu256(bg + Q2K_QS + 64 * r + 32 * k);
-            for (int j = 0; j < 4; j++) q[4 * k + j] = shr_bytes(q2, 2 * j, 0x03);
-        }
+        unpack_q2k_row(bg, r, q);
         break;
-    }
-    case KQ3: {
+    case KQ3:
         scales16_to_2x8(loadu128(bg + Q3K_SC + 16 * r), 1, sc);
-        const __m256i hm = loadu256(bg + Q3K_HM + 32 * r);
-        for (int k = 0; k < 2; k++) {
-            const __m256i q3 = loadu256(bg + Q3K_QS + 64 * r + 32 * k);
-            for (int j = 0; j < 4; j++) {
-                const int g = 4 * k + j;
-                q[g] = _mm256_or_si256(shr_bytes(q3, 2 * j, 0x03), _mm256_slli_epi16(shr_bytes(hm, g, 0x01), 2));
-            }
-        }
+        unpack_q3k_row(bg, r, q);
         break;
-    }
     case KQ5:
         scales8_to_16(bg + Q5K_SC + 8 * r, sc);
         unpack_q5k_row(bg, r, q);
@@ -437,6 +425,18 @@ void llmrt_gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void *
     gemm_q6_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
 
+static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride);
+void llmrt_gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                          float *y, int64_t y_stride) {
+    gemm_q2_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+static void gemm_q3_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                           float *y, int64_t y_stride);
+void llmrt_gemm_q3_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                          float *y, int64_t y_stride) {
+    gemm_q3_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
 static void gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride);
 void llmrt_gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,

@@ -76,6 +76,27 @@ static inline void transpose8_epi32(const __m256i *v, __m256i *o) {
     }
 }
 
+/* Row r of a packed Q2_K block group (pack_k.h): q[s] = the 32 quants of 32-group s, 0..3. */
+static inline void unpack_q2k_row(const uint8_t *bg, int r, __m256i *q) {
+    for (int k = 0; k < 2; k++) {
+        const __m256i q2 = loadu256(bg + Q2K_QS + 64 * r + 32 * k);
+        for (int j = 0; j < 4; j++) q[4 * k + j] = shr_bytes(q2, 2 * j, 0x03);
+    }
+}
+
+/* Row r of a packed Q3_K block group (pack_k.h): q[s] = the 32 quants of 32-group s, 0..7 (value
+ * q - 4). */
+static inline void unpack_q3k_row(const uint8_t *bg, int r, __m256i *q) {
+    const __m256i hm = loadu256(bg + Q3K_HM + 32 * r);
+    for (int k = 0; k < 2; k++) {
+        const __m256i q3 = loadu256(bg + Q3K_QS + 64 * r + 32 * k);
+        for (int j = 0; j < 4; j++) {
+            const int g = 4 * k + j;
+            q[g] = _mm256_or_si256(shr_bytes(q3, 2 * j, 0x03), _mm256_slli_epi16(shr_bytes(hm, g, 0x01), 2));
+        }
+    }
+}
+
 /* Row r of a packed Q5_K block group (pack_k.h): q[s] = the 32 quants of 32-group s, 0..31, in
  * element order (nibble | the qh bit of the group at bit 4). */
 static inline void unpack_q5k_row(const uint8_t *bg, int r, __m256i *q) {
