@@ -254,8 +254,7 @@ int llmrt_graph_weight_packed(llmrt_graph *g, int w, const llmrt_packed *p) {
 int llmrt_graph_weight_amx(llmrt_graph *g, int w, const llmrt_amx_packed *p) {
     if (w < 0 || w >= g->n_tensors || p == NULL || p->data == NULL) return LLMRT_EINVAL;
     llmrt_tensor *t = g->tensors[w];
-    if (t->op != LLMRT_OP_NONE || t->n_dims != 2 || p->kind != LLMRT_AMX_KIND_INT8
-        || p->wtype != t->type || p->K != t->ne[0] || p->M != t->ne[1]) {
+    if (t->op != LLMRT_OP_NONE || t->n_dims != 2 || p->wtype != t->type || p->K != t->ne[0] || p->M != t->ne[1]) {
         return LLMRT_EINVAL;
     }
     t->amx = p;
@@ -616,6 +615,7 @@ static size_t op_wsize(const llmrt_tensor *t) {
     switch (t->op) {
     case LLMRT_OP_ROPE: return llmrt_rope_wsize(t);
     case LLMRT_OP_ATTENTION: return llmrt_attention_wsize(t);
+    case LLMRT_OP_MUL_MAT: return llmrt_mul_mat_wsize(t);
     default: return 0;
     }
 }

@@ -937,7 +937,8 @@ cdef class Graph:
 
 
 cdef bint _amx_wanted(int wtype, int64_t K):
-    """An AMX copy for this weight: the AMX path is on and its int8 GEMM takes the type."""
-    if llmrt_amx_matmul() < 0 or K % 32 != 0 or not llmrt_amx_supports(wtype):
+    """An AMX copy for this weight: the AMX path is on and one of its GEMMs takes the type (int8
+    for the 32-block quants, K a multiple of 32; bf16 tiles for F32 / F16 / BF16)."""
+    if llmrt_amx_matmul() < 0 or not llmrt_amx_supports(wtype):
         return False
-    return wtype != _T_F32 and wtype != _T_F16 and wtype != _T_BF16
+    return K % 32 == 0 or wtype == _T_F32 or wtype == _T_F16 or wtype == _T_BF16

@@ -3,7 +3,7 @@
 Test helper (torch + transformers are test-only dependencies). Usage:
 
     model, config = tiny_model("llama", seed=0)          # random tiny HF model, float32, eval mode
-    write_gguf(model, config, tmp_path / "m.gguf", dtype="f32")   # "f32" | "f16" | "q8_0"
+    write_gguf(model, config, tmp_path / "m.gguf", dtype="f32")   # "f32" | "f16" | "bf16" | "q8_0"
     ref = hf_logits(model, ids)                          # [len(ids), n_vocab] float32
 
 For f16/q8_0 files, compare against hf_logits(roundtrip_model(model, config, dtype), ids) (the
@@ -264,9 +264,9 @@ def tiny_vocab(n_vocab: int):
 # ---------------------------------------------------------------------------------------------
 
 _FTYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-          "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+          "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
 _QTYPE = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
-          "q8_0": gguf.GGMLQuantizationType.Q8_0}
+          "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}
 
 
 def permute(w: np.ndarray, n_head: int, n_head_kv: int | None = None) -> np.ndarray:

@@ -18,11 +18,16 @@
  * AMX (amx.h): a weight with an AMX copy, in a run of >= LLMRT_AMX_MIN_TOKENS tokens while
  * llmrt_amx_matmul() is on, goes to llmrt_amx_gemm_int8 instead: chunks are MM_AMX_ROWS weight
  * rows (all tokens), the activations the QUANTIZE node made (Q8_0 / Q8_1) read as they are.
+ * F32 / F16 / BF16 weights have a bf16 copy and go to llmrt_amx_gemm_bf16: chunks are MM_AMX_ROWS
+ * weight rows x MM_AMX_TOKENS tokens, whose activation rows each thread rounds to bf16 into its
+ * scratch (once per token block it works on). BF16 weights keep their values (the activations are
+ * rounded to bf16, as ggml does for BF16 weights); F16 / F32 weights are rounded to bf16 too.
  *
  * Plain weights: chunks are blocks of MM_BLOCK weight rows; a chunk loops over every activation
  * row for its block, so the block's weights stay in cache while they are reused by all tokens.
  */
 #include "llmrt/amx.h"
+#include <string.h>
 #include "llmrt/gemm.h"
 #include "ops/ops.h"
 
@@ -31,6 +36,7 @@
 #define MM_CHUNKS_PER_THREAD 8    /* packed: at least this many chunks per thread and token block */
 #define MM_CHUNK_BYTES (64 << 10) /* packed: at most this many weight bytes per chunk */
 #define MM_AMX_ROWS 64            /* AMX: weight rows per chunk (a multiple of LLMRT_AMX_ROW_STEP) */
+#define MM_AMX_TOKENS 32          /* AMX bf16: tokens per chunk (their bf16 rows in the thread's scratch) */
 
 void llmrt_compute_quantize(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_tensor *src = dst->src[0];
@@ -86,6 +92,37 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
     }
 }
 
+/* Activation rows [j0, j0 + n) of x (F32, F16 or BF16) rounded to bf16, K_pad per row (zeros past
+ * K), into xb: what the bf16 tile GEMM reads. F32 rows are rounded once (llmrt_amx_act_bf16); F16 /
+ * BF16 rows (the QUANTIZE node's copy for F16 / BF16 weights) are exact in f32 first. */
+static void amx_rows_bf16(const llmrt_tensor *x, int64_t j0, int64_t n, int64_t K, int64_t K_pad, uint16_t *xb) {
+    const size_t xbs = (size_t)K_pad * sizeof(uint16_t);
+    if (x->type == LLMRT_TYPE_F32) {
+        llmrt_amx_act_bf16((const float *)((const char *)x->data + (size_t)j0 * x->nb[1]), x->nb[1], n, K, xb, xbs);
+        return;
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const char *xr = (const char *)x->data + (size_t)(j0 + t) * x->nb[1];
+        uint16_t *br = xb + (size_t)t * (size_t)K_pad;
+        if (x->type == LLMRT_TYPE_BF16) {
+            memcpy(br, xr, (size_t)K * sizeof(uint16_t));
+        } else {
+            for (int64_t k = 0; k < K; k++) {
+                llmrt_fp16_t h;
+                memcpy(&h, xr + 2 * k, sizeof(h));
+                br[k] = llmrt_fp32_to_bf16(llmrt_fp16_to_fp32(h));
+            }
+        }
+        memset(br + K, 0, (size_t)(K_pad - K) * sizeof(uint16_t));
+    }
+}
+
+size_t llmrt_mul_mat_wsize(const llmrt_tensor *dst) {
+    const llmrt_amx_packed *aw = dst->src[0]->amx;
+    if (aw == NULL || aw->kind != LLMRT_AMX_KIND_BF16) return 0;
+    return (size_t)MM_AMX_TOKENS * (size_t)(aw->nkb * 32) * sizeof(uint16_t);
+}
+
 /* 1 if this node ran on the AMX path (else nothing was written). The GEMM validates its
  * arguments; a refusal (never expected: shapes were checked when the copy was attached) leaves
  * the node to the other paths, which every thread then takes alike. */
@@ -93,6 +130,31 @@ static int mul_mat_amx(const llmrt_compute_params *p, llmrt_tensor *dst, int bac
     const llmrt_tensor *w = dst->src[0];
     const llmrt_tensor *x = dst->src[1];
     const llmrt_amx_packed *aw = w->amx;
+    if (aw->kind == LLMRT_AMX_KIND_BF16) {   /* F32 / F16 / BF16 weights: bf16 tiles */
+        if (x->type != LLMRT_TYPE_F32 && x->type != LLMRT_TYPE_F16 && x->type != LLMRT_TYPE_BF16) return 0;
+        if (p->wsize < llmrt_mul_mat_wsize(dst)) return 0;
+        const int64_t nr = llmrt_nrows(x);
+        const int64_t K = aw->K, K_pad = aw->nkb * 32;
+        const int64_t n_rc = (aw->M + MM_AMX_ROWS - 1) / MM_AMX_ROWS;
+        const int64_t n_tb = (nr + MM_AMX_TOKENS - 1) / MM_AMX_TOKENS;
+        uint16_t *xb = (uint16_t *)p->wdata;
+        if (p->ith == 0) llmrt_amx_count_matmul();
+        int64_t have = -1;                       /* the token block xb holds */
+        for (int64_t c = llmrt_claim(p); c < n_rc * n_tb; c = llmrt_claim(p)) {
+            const int64_t tb = c / n_rc, r0 = (c % n_rc) * MM_AMX_ROWS;
+            const int64_t r1 = r0 + MM_AMX_ROWS < aw->M ? r0 + MM_AMX_ROWS : aw->M;
+            const int64_t j0 = tb * MM_AMX_TOKENS;
+            const int64_t n = nr - j0 < MM_AMX_TOKENS ? nr - j0 : MM_AMX_TOKENS;
+            if (tb != have) {
+                amx_rows_bf16(x, j0, n, K, K_pad, xb);
+                have = tb;
+            }
+            (void)llmrt_amx_gemm_bf16(aw, xb, (size_t)K_pad * sizeof(uint16_t), n,
+                                      (float *)((char *)dst->data + (size_t)j0 * dst->nb[1]), dst->nb[1], r0, r1,
+                                      backend);
+        }
+        return 1;
+    }
     if (x->type != llmrt_amx_act_type(aw)) return 0;
     const int64_t nr = llmrt_nrows(x);
     const int64_t n_chunks = (aw->M + MM_AMX_ROWS - 1) / MM_AMX_ROWS;

@@ -80,6 +80,8 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst);
 /* Per-thread scratch bytes an op needs (0 for most). */
 size_t llmrt_rope_wsize(const llmrt_tensor *dst);
 size_t llmrt_attention_wsize(const llmrt_tensor *dst);
+/* MUL_MAT's per-thread scratch: the bf16 activation rows of a weight with a bf16 AMX copy. */
+size_t llmrt_mul_mat_wsize(const llmrt_tensor *dst);
 /* Attention's scratch for a cache of n_ctx cells (the graph grows its scratch to this at run). */
 size_t llmrt_attention_wsize_run(const llmrt_tensor *dst, int n_ctx);
 /* llama.cpp's n_kv when the last used cell is `cell` (0-based): cells used, padded to 256. */

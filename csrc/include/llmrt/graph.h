@@ -166,7 +166,7 @@ int llmrt_graph_weight(llmrt_graph *g, int type, const int64_t *ne, int n_dims, 
  * type and shape [K, M]. */
 struct llmrt_packed;
 int llmrt_graph_weight_packed(llmrt_graph *g, int w, const struct llmrt_packed *p);
-/* Attaches an AMX-packed copy (amx.h; int8 kind, kept alive by the caller) to weight w, as
+/* Attaches an AMX-packed copy (amx.h; int8 or bf16 kind, kept alive by the caller) to weight w, as
  * llmrt_graph_weight_packed. LLMRT_EINVAL if it does not match w's type and shape. */
 struct llmrt_amx_packed;
 int llmrt_graph_weight_amx(llmrt_graph *g, int w, const struct llmrt_amx_packed *p);
