@@ -14,7 +14,8 @@ from setuptools import Extension, setup
 
 sources = ["cysrc/_core.pyx"] + sorted(glob.glob("csrc/**/*.c", recursive=True))
 # Rebuild when a header or Cython include changes, not only a .c file.
-depends = sorted(glob.glob("csrc/**/*.h", recursive=True) + glob.glob("cysrc/*.pxi")
+depends = sorted(glob.glob("csrc/**/*.h", recursive=True) + glob.glob("csrc/**/*.inc", recursive=True)
+                 + glob.glob("cysrc/*.pxi")
                  + glob.glob("cysrc/*.pxd"))
 
 cflags = ["-std=gnu11", "-O3", "-fno-strict-aliasing", "-fPIC", "-Wall", "-Wno-unused-function",

@@ -25,12 +25,13 @@ from gguf import GGMLQuantizationType as T
 import llmrt._core as core
 from llmrt import runtime
 
-KQUANTS = (T.Q4_K, T.Q6_K, T.Q5_K, T.Q3_K, T.Q2_K)
+KQUANTS = (T.Q4_K, T.Q6_K, T.Q5_K, T.Q3_K, T.Q2_K, T.IQ4_XS)
 FLOATS = (T.F32, T.F16, T.BF16)
-VEC_DOT_TYPE = {T.Q2_K: T.Q8_K, T.Q3_K: T.Q8_K, T.Q4_K: T.Q8_K, T.Q5_K: T.Q8_K, T.Q6_K: T.Q8_K,
+VEC_DOT_TYPE = {T.Q2_K: T.Q8_K, T.Q3_K: T.Q8_K, T.Q4_K: T.Q8_K, T.Q5_K: T.Q8_K, T.Q6_K: T.Q8_K, T.IQ4_XS: T.Q8_K,
                 T.F32: T.F32, T.F16: T.F16, T.BF16: T.BF16}
 # Byte offsets of the f16 scale fields in each GGUF block (quant_blocks.h), set to sane values.
-F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,),
+              T.IQ4_XS: (0,)}
 
 K_QUANT = (256, 512, 2560)
 K_FLOAT = (256, 512, 2560, 37, 1000, 2571)  # 37, 1000, 2571: tails past every vector width
@@ -127,6 +128,15 @@ def unpack_group(t, k, grp):
         sc = bg[:, 32:160].copy().reshape(nb, R, 16).view(np.int8)
         parts = [bg[:, 160:416].reshape(nb, R, 32), bg[:, 416:].reshape(nb, R, 64), _q3_scales(sc),
                  _f16s(bg, 0)]
+    elif t == T.IQ4_XS:
+        bg = grp[:nb * 1120].reshape(nb, 1120)
+        ls = (bg[:, 32:96].reshape(nb, R, 8).view(np.int8).astype(np.int16) + 32).astype(np.uint16)
+        lo, hi = ls & 0x0f, ls >> 4
+        sl = (lo[..., 0::2] | (lo[..., 1::2] << 4)).astype(np.uint8)          # scales_l[4]
+        sh = np.zeros((nb, R), dtype=np.uint16)
+        for ib in range(8):
+            sh |= hi[..., ib] << (2 * ib)                                    # scales_h
+        parts = [_f16s(bg, 0), sh.reshape(nb, R, 1).view(np.uint8), sl, bg[:, 96:].reshape(nb, R, 128)]
     else:  # Q2_K
         bg = grp[:nb * 672].reshape(nb, 672)
         parts = [bg[:, 32:160].reshape(nb, R, 16), bg[:, 160:].reshape(nb, R, 64), _f16s(bg, 0),

@@ -31,6 +31,7 @@ static size_t group_bytes_q3_K(int64_t K) { return round64((size_t)(K / QK_K) * 
 static size_t group_bytes_q4_K(int64_t K) { return round64((size_t)(K / QK_K) * Q4K_BG); }
 static size_t group_bytes_q5_K(int64_t K) { return round64((size_t)(K / QK_K) * Q5K_BG); }
 static size_t group_bytes_q6_K(int64_t K) { return round64((size_t)(K / QK_K) * Q6K_BG); }
+static size_t group_bytes_iq4_xs(int64_t K) { return round64((size_t)(K / QK_K) * IQ4XS_BG); }
 static size_t group_bytes_f32(int64_t K) { return round64((size_t)K * PK_R * sizeof(float)); }
 static size_t group_bytes_f16(int64_t K) { return round64((size_t)K * PK_R * sizeof(llmrt_fp16_t)); }
 
@@ -132,6 +133,27 @@ static void pack_q2_K(const void *src, size_t src_row_bytes, int64_t K, int rows
     }
 }
 
+/* the 6-bit sub-block scale ib of an IQ4_XS block, minus 32 (dot_generic.c's ls - 32) */
+static int8_t iq4_xs_ls(const block_iq4_xs *b, int ib) {
+    const int ls = ((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((b->scales_h >> (2 * ib)) & 3) << 4);
+    return (int8_t)(ls - 32);
+}
+
+static void pack_iq4_xs(const void *src, size_t src_row_bytes, int64_t K, int rows, void *group) {
+    const int64_t nb = K / QK_K;
+    memset(group, 0, group_bytes_iq4_xs(K));
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *bg = (uint8_t *)group + i * IQ4XS_BG;
+        for (int r = 0; r < PK_R; r++) {
+            block_iq4_xs b;
+            SRC_BLOCK(block_iq4_xs, src, src_row_bytes, rows, r, i, b);
+            memcpy(bg + IQ4XS_D + 2 * r, &b.d, 2);
+            for (int ib = 0; ib < QK_K / 32; ib++) bg[IQ4XS_SC + 8 * r + ib] = (uint8_t)iq4_xs_ls(&b, ib);
+            memcpy(bg + IQ4XS_QS + 128 * r, b.qs, 128);
+        }
+    }
+}
+
 /* float types: rows copied one after the other */
 static void pack_rows_plain(const void *src, size_t src_row_bytes, size_t row_bytes, size_t gbytes, int rows,
                             void *group) {
@@ -179,6 +201,7 @@ int llmrt_unpack_group_k(int type, int64_t K, const void *group, int rows, void 
         return LLMRT_OK;
     }
     case LLMRT_TYPE_Q2_K: case LLMRT_TYPE_Q3_K: case LLMRT_TYPE_Q4_K: case LLMRT_TYPE_Q5_K: case LLMRT_TYPE_Q6_K:
+    case LLMRT_TYPE_IQ4_XS:
         break;
     default:
         return LLMRT_EUNSUPPORTED;
@@ -213,6 +236,20 @@ int llmrt_unpack_group_k(int type, int64_t K, const void *group, int rows, void 
                 memcpy(b + 128, bg + Q6K_QH + 64 * r, 64);
                 memcpy(b + 192, bg + Q6K_SC + 16 * r, 16);
                 memcpy(b + 208, bg + Q6K_D + 2 * r, 2);
+                break;
+            }
+            case LLMRT_TYPE_IQ4_XS: {
+                const uint8_t *bg = g + i * IQ4XS_BG;
+                block_iq4_xs b;
+                memset(&b, 0, sizeof(b));
+                memcpy(&b.d, bg + IQ4XS_D + 2 * r, 2);
+                for (int ib = 0; ib < QK_K / 32; ib++) {
+                    const int ls = (int)(int8_t)bg[IQ4XS_SC + 8 * r + ib] + 32;
+                    b.scales_l[ib / 2] |= (uint8_t)((ls & 0x0f) << (4 * (ib % 2)));
+                    b.scales_h |= (uint16_t)((ls >> 4) << (2 * ib));
+                }
+                memcpy(b.qs, bg + IQ4XS_QS + 128 * r, 128);
+                memcpy(row + i * sizeof(block_iq4_xs), &b, sizeof(b));
                 break;
             }
             case LLMRT_TYPE_Q3_K: {
@@ -348,6 +385,34 @@ static void gemm_q3_K_generic(int64_t K, const void *group, int n_rows, const vo
     }
 }
 
+/* IQ4_XS: dot_generic.c's vec_dot_iq4_xs_q8_K_generic: sumf += (d·dy·ls) · isum per 32-group */
+static void gemm_iq4_xs_generic(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                                float *y, int64_t y_stride) {
+    const int64_t nb = K / QK_K;
+    const uint8_t *g = group;
+    for (int j = 0; j < n_x; j++) {
+        const block_q8_K *yb = XROW(x, j, x_stride); /* (nb) */
+        for (int r = 0; r < n_rows; r++) {
+            float sumf = 0.0f;
+            for (int64_t i = 0; i < nb; i++) {
+                const uint8_t *bg = g + i * IQ4XS_BG;
+                const float d4d8 = FP16(ld_h(bg + IQ4XS_D + 2 * r)) * yb[i].d;
+                for (int ib = 0; ib < QK_K / 32; ib++) {
+                    const uint8_t *qs = bg + IQ4XS_QS + 128 * r + 16 * ib;
+                    const int8_t *q8 = yb[i].qs + 32 * ib;
+                    int sumi = 0;
+                    for (int l = 0; l < 16; l++) {
+                        sumi += kvalues_iq4nl[qs[l] & 0x0f] * q8[l];
+                        sumi += kvalues_iq4nl[qs[l] >> 4] * q8[l + 16];
+                    }
+                    sumf += (d4d8 * (float)(int8_t)bg[IQ4XS_SC + 8 * r + ib]) * (float)sumi;
+                }
+            }
+            y[j * y_stride + r] = sumf;
+        }
+    }
+}
+
 static void gemm_q2_K_generic(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                               float *y, int64_t y_stride) {
     const int64_t nb = K / QK_K;
@@ -429,6 +494,7 @@ void llmrt_register_gemm_k_kernels_generic(llmrt_kernel_table *kt) {
     REG(Q4_K, group_bytes_q4_K, pack_q4_K, gemm_q4_K_generic);
     REG(Q5_K, group_bytes_q5_K, pack_q5_K, gemm_q5_K_generic);
     REG(Q6_K, group_bytes_q6_K, pack_q6_K, gemm_q6_K_generic);
+    REG(IQ4_XS, group_bytes_iq4_xs, pack_iq4_xs, gemm_iq4_xs_generic);
     REG(F32, group_bytes_f32, pack_f32, gemm_f32_generic);
     REG(F16, group_bytes_f16, pack_f16, gemm_f16_generic);
     REG(BF16, group_bytes_f16, pack_f16, gemm_bf16_generic); /* bf16 rows: 2 bytes an element, as f16 */

@@ -80,6 +80,17 @@ static inline __m256i isum8(const __m256i *q, const __m256i *sc, const int8_t *q
     return isum;
 }
 
+/* isum8 with signed quants (IQ4_XS): the sign trick, as vec_dot_iq4_xs_q8_K_avx2's maddubs_i8_i8
+ * (|pair| <= 2·127·128: no saturation) */
+static inline __m256i isum8_i8(const __m256i *q, const __m256i *sc, const int8_t *q8) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int s = 0; s < 8; s++) {
+        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q[s], q[s]), _mm256_sign_epi8(loadu256(q8 + 32 * s), q[s]));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[s]));
+    }
+    return isum;
+}
+
 /* ---- Q4_K / Q6_K prefill (n_x > 1): quants rearranged once per (chunk of tokens, super-block) --------- */
 
 #define TC 32  /* Q6_K: activation rows per chunk: a row's paired quants and scales are made once per
@@ -240,7 +251,7 @@ void llmrt_gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void *
 
 /* ---- Q2_K, Q3_K, Q5_K, Q6_K: 8 lanes per (row, token) ------------------------------------------- */
 
-enum { KQ2, KQ3, KQ5, KQ6 };
+enum { KQ2, KQ3, KQ5, KQ6, KIQ4XS };
 
 /* Unpacks row r of block group bg: q[s] (s = 0..7) the 32 quants of group s as bytes (Q3_K: 0..7
  * with value q - 4; Q6_K: 0..63 with value q - 32), sc[s] the i16 scales of its two halves. */
@@ -258,6 +269,10 @@ static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i
         scales8_to_16(bg + Q5K_SC + 8 * r, sc);
         unpack_q5k_row(bg, r, q);
         break;
+    case KIQ4XS: /* q: the int8 levels (signed), sc[s]: 16 x ls of group s */
+        unpack_iq4xs_row(bg, r, q);
+        for (int s = 0; s < 8; s++) sc[s] = _mm256_set1_epi16((short)(int8_t)bg[IQ4XS_SC + 8 * r + s]);
+        break;
     default: /* KQ6 */
         scales16_to_2x8(loadu128(bg + Q6K_SC + 16 * r), 1, sc);
         unpack_q6k_row(bg, r, q);
@@ -268,8 +283,9 @@ static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i
 static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int n_rows, const void *x,
                                      size_t x_stride, int n_x, float *y, int64_t y_stride) {
     const int64_t nb = K / QK_K;
-    const int bg_bytes = kind == KQ2 ? Q2K_BG : kind == KQ3 ? Q3K_BG : kind == KQ5 ? Q5K_BG : Q6K_BG;
-    const int o_d = kind == KQ2 ? Q2K_D : kind == KQ3 ? Q3K_D : kind == KQ5 ? Q5K_D : Q6K_D;
+    const int bg_bytes = kind == KQ2 ? Q2K_BG : kind == KQ3 ? Q3K_BG : kind == KQ5 ? Q5K_BG
+                       : kind == KQ6 ? Q6K_BG : IQ4XS_BG;
+    const int o_d = kind == KQ2 ? Q2K_D : kind == KQ3 ? Q3K_D : kind == KQ5 ? Q5K_D : kind == KQ6 ? Q6K_D : IQ4XS_D;
     const __m256i four = _mm256_set1_epi8(4);
     for (int t0 = 0; t0 < n_x; t0 += TT) {
         const int nt = n_x - t0 < TT ? n_x - t0 : TT;
@@ -313,7 +329,7 @@ static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int
                             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[s]));
                         }
                     } else {
-                        isum = isum8(q, sc, q8);
+                        isum = kind == KIQ4XS ? isum8_i8(q, sc, q8) : isum8(q, sc, q8);
                     }
                     if (kind == KQ6) {
                         isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_madd_epi16(loadu256(yb[t]->bsums), sc16), 5));
@@ -447,6 +463,14 @@ void llmrt_gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void *
 static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
     gemm_lanes(KQ2, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+static void gemm_iq4_xs_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                             float *y, int64_t y_stride) {
+    gemm_lanes(KIQ4XS, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+void llmrt_gemm_iq4_xs_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                            float *y, int64_t y_stride) {
+    gemm_iq4_xs_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
 static void gemm_q3_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
@@ -625,6 +649,7 @@ void llmrt_register_gemm_k_kernels_avx2(llmrt_kernel_table *kt) {
     REG(Q4_K, gemm_q4_K_avx2);
     REG(Q5_K, gemm_q5_K_avx2);
     REG(Q6_K, gemm_q6_K_avx2);
+    REG(IQ4_XS, gemm_iq4_xs_avx2);
     REG(F32, gemm_f32_avx2);
     REG(F16, gemm_f16_avx2);
     REG(BF16, gemm_bf16_avx2);

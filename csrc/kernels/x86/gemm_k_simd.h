@@ -12,6 +12,7 @@
 
 #include "simd_avx2.h"
 #include "../pack_k.h"
+#include "../quant_common.h" /* kvalues_iq4nl */
 
 /* the 8 i16 scale vectors of a super-block from its 16 scales (int8, or uint8 masked to 0..15):
  * sc[g] = 8 x s[2g] | 8 x s[2g+1] (lanes 0..7 scale the first 16 elements of group g) */
@@ -94,6 +95,18 @@ static inline void unpack_q3k_row(const uint8_t *bg, int r, __m256i *q) {
             const int g = 4 * k + j;
             q[g] = _mm256_or_si256(shr_bytes(q3, 2 * j, 0x03), _mm256_slli_epi16(shr_bytes(hm, g, 0x01), 2));
         }
+    }
+}
+
+/* Row r of a packed IQ4_XS block group (pack_k.h): q[s] = the 32 levels of 32-group s as int8
+ * (kvalues_iq4nl[nibble]; the block's byte l holds elements l and l + 16 of its group). */
+static inline void unpack_iq4xs_row(const uint8_t *bg, int r, __m256i *q) {
+    const __m256i table = _mm256_broadcastsi128_si256(loadu128(kvalues_iq4nl));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int s = 0; s < 8; s++) {
+        const __m128i b = loadu128(bg + IQ4XS_QS + 128 * r + 16 * s);
+        const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
+        q[s] = _mm256_shuffle_epi8(table, nib);
     }
 }
 
