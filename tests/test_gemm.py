@@ -98,6 +98,24 @@ def test_gemm_partial_rows(isa_level, t, rng):
 
 
 
+def assert_calls_of_several_groups(pw, x, ref, R, M, n_xs, what):
+    """Calls of gemm_groups() = G groups from group 0, 1 and the last G (n_rows R + 1, G·R - 1 and
+    all real rows, n_x in n_xs) give ref[token, row] bit for bit (zero past the real rows)."""
+    G = pw.gemm_groups()
+    for g in (0, 1, pw.n_groups - G):
+        real = min(G * R, M - g * R)
+        for n_rows in sorted({R + 1, G * R - 1, real}):
+            if n_rows > G * R or g + -(-n_rows // R) > pw.n_groups:
+                continue
+            for n_x in n_xs:
+                y = pw.gemm(g, x[:n_x], n_rows)
+                want = np.zeros((n_x, n_rows), np.float32)
+                k = min(n_rows, real)
+                want[:, :k] = ref[:n_x, g * R:g * R + k]
+                np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32),
+                                              err_msg=f"{what} g={g} n_rows={n_rows} n_x={n_x}")
+
+
 @pytest.mark.parametrize("K", KS)
 @pytest.mark.parametrize("t", PACKED_TYPES, ids=lambda t: t.name)
 def test_gemm_several_groups_per_call(isa_level, t, K, rng):
@@ -116,18 +134,7 @@ def test_gemm_several_groups_per_call(isa_level, t, K, rng):
     G = pw.gemm_groups()
     if G < 2:
         pytest.skip(f"{t.name}'s gemm takes one group per call at {isa_level}")
-    for g in (0, 1, pw.n_groups - G):
-        real = min(G * R, M - g * R)
-        for n_rows in sorted({R + 1, G * R - 1, real}):
-            if n_rows > G * R or g + -(-n_rows // R) > pw.n_groups:
-                continue
-            for n_x in N_XS:
-                y = pw.gemm(g, x[:n_x], n_rows)
-                want = np.zeros((n_x, n_rows), np.float32)
-                k = min(n_rows, real)
-                want[:, :k] = ref[:n_x, g * R:g * R + k]
-                np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32),
-                                              err_msg=f"{t.name} K={K} g={g} n_rows={n_rows} n_x={n_x}")
+    assert_calls_of_several_groups(pw, x, ref, R, M, N_XS, f"{t.name} K={K}")
     with pytest.raises(ValueError, match="must be in"):
         pw.gemm(0, x[:1], G * R + 1)
     with pytest.raises(ValueError, match="past the last group"):

@@ -25,6 +25,8 @@ from gguf import GGMLQuantizationType as T
 import llmrt._core as core
 from llmrt import runtime
 
+from test_gemm import assert_calls_of_several_groups  # noqa: E402
+
 KQUANTS = (T.Q4_K, T.Q6_K, T.Q5_K, T.Q3_K, T.Q2_K, T.IQ4_XS)
 FLOATS = (T.F32, T.F16, T.BF16)
 VEC_DOT_TYPE = {T.Q2_K: T.Q8_K, T.Q3_K: T.Q8_K, T.Q4_K: T.Q8_K, T.Q5_K: T.Q8_K, T.Q6_K: T.Q8_K, T.IQ4_XS: T.Q8_K,
@@ -282,16 +284,4 @@ def test_gemm_several_groups_per_call_kquants(isa_level, t, k, rng):
     G = pw.gemm_groups()
     if G < 2:
         pytest.skip(f"{t.name}'s gemm takes one group per call at {isa_level}")
-    ref = vec_dot_all(t, w, a, k)
-    for g in (0, 1, pw.n_groups - G):
-        real = min(G * R, M - g * R)
-        for n_rows in sorted({R + 1, G * R - 1, real}):
-            if n_rows > G * R or g + -(-n_rows // R) > pw.n_groups:
-                continue
-            for n_x in n_xs:
-                y = pw.gemm(g, a[:n_x], n_rows)
-                want = np.zeros((n_x, n_rows), np.float32)
-                kk = min(n_rows, real)
-                want[:, :kk] = ref[:n_x, g * R:g * R + kk]
-                np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32),
-                                              err_msg=f"{t.name} k={k} g={g} n_rows={n_rows} n_x={n_x}")
+    assert_calls_of_several_groups(pw, a, vec_dot_all(t, w, a, k), R, M, n_xs, f"{t.name} k={k}")

@@ -242,13 +242,6 @@ static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void 
     }
 }
 
-/* The AVX-512 levels' Q4_K gemm (gemm_kq_w.inc) gives these bits: it runs this for decode and for a
- * lone group, and reproduces it in 16 lanes for prefill. */
-void llmrt_gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                          float *y, int64_t y_stride) {
-    gemm_q4_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
-}
-
 /* ---- Q2_K, Q3_K, Q5_K, Q6_K: 8 lanes per (row, token) ------------------------------------------- */
 
 enum { KQ2, KQ3, KQ5, KQ6, KIQ4XS };
@@ -432,34 +425,6 @@ static void gemm_q6_K_prefill(int64_t K, const uint8_t *group, int n_rows, const
     }
 }
 
-/* The AVX-512 levels' Q6_K gemm (gemm_kq_w.inc) gives these bits: it runs this for decode and for a
- * lone group, and reproduces it in 16 lanes for prefill. */
-static void gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                           float *y, int64_t y_stride);
-void llmrt_gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                          float *y, int64_t y_stride) {
-    gemm_q6_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
-}
-
-static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                           float *y, int64_t y_stride);
-void llmrt_gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                          float *y, int64_t y_stride) {
-    gemm_q2_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
-}
-static void gemm_q3_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                           float *y, int64_t y_stride);
-void llmrt_gemm_q3_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                          float *y, int64_t y_stride) {
-    gemm_q3_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
-}
-static void gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                           float *y, int64_t y_stride);
-void llmrt_gemm_q5_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                          float *y, int64_t y_stride) {
-    gemm_q5_K_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
-}
-
 static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
     gemm_lanes(KQ2, K, group, n_rows, x, x_stride, n_x, y, y_stride);
@@ -467,10 +432,6 @@ static void gemm_q2_K_avx2(int64_t K, const void *group, int n_rows, const void 
 static void gemm_iq4_xs_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                              float *y, int64_t y_stride) {
     gemm_lanes(KIQ4XS, K, group, n_rows, x, x_stride, n_x, y, y_stride);
-}
-void llmrt_gemm_iq4_xs_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                            float *y, int64_t y_stride) {
-    gemm_iq4_xs_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
 static void gemm_q3_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
                            float *y, int64_t y_stride) {
@@ -638,6 +599,21 @@ static void gemm_bf16_avx2(int64_t K, const void *group, int n_rows, const void 
                            float *y, int64_t y_stride) {
     gemm_float(KIND_BF16, K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
+
+/* The avx512_vnni level's K-quant / IQ4_XS gemms (gemm_kq_w.inc) give these kernels' bits: they run
+ * them for decode and for a lone group, and reproduce them in 16 lanes for prefill. */
+#define EXPORT_GEMM_AVX2(t)                                                                                \
+    void llmrt_gemm_##t##_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride,  \
+                               int n_x, float *y, int64_t y_stride) {                                   \
+        gemm_##t##_avx2(K, group, n_rows, x, x_stride, n_x, y, y_stride);                              \
+    }
+EXPORT_GEMM_AVX2(q2_K)
+EXPORT_GEMM_AVX2(q3_K)
+EXPORT_GEMM_AVX2(q4_K)
+EXPORT_GEMM_AVX2(q5_K)
+EXPORT_GEMM_AVX2(q6_K)
+EXPORT_GEMM_AVX2(iq4_xs)
+#undef EXPORT_GEMM_AVX2
 
 #endif /* __x86_64__ */
 

@@ -143,4 +143,16 @@ static inline void unpack_q6k_row(const uint8_t *bg, int r, __m256i *q) {
     }
 }
 
+/* gemm_k_avx2.c's K-quant / IQ4_XS gemms (gemm.h's signature), for the levels above that reproduce
+ * their bits (gemm_kq_w.inc) */
+#define GEMM_K_AVX2_PROTO(t) void llmrt_gemm_##t##_avx2(int64_t K, const void *group, int n_rows, const void *x, \
+                                                        size_t x_stride, int n_x, float *y, int64_t y_stride);
+GEMM_K_AVX2_PROTO(q2_K)
+GEMM_K_AVX2_PROTO(q3_K)
+GEMM_K_AVX2_PROTO(q4_K)
+GEMM_K_AVX2_PROTO(q5_K)
+GEMM_K_AVX2_PROTO(q6_K)
+GEMM_K_AVX2_PROTO(iq4_xs)
+#undef GEMM_K_AVX2_PROTO
+
 #endif /* LLMRT_KERNELS_X86_GEMM_K_SIMD_H */
