@@ -163,6 +163,7 @@ int llmrt_set_isa(int level) {
     if (level >= LLMRT_ISA_AVX512_VNNI) {
         llmrt_register_kernels_avx512_vnni(&kt);
         llmrt_register_gemm_kq_kernels_avx512_vnni(&kt);
+        llmrt_register_gemm_q32_kernels_avx512_vnni(&kt);
     }
     if (level >= LLMRT_ISA_AMX) llmrt_register_kernels_amx(&kt);
     /* prefill matmuls on AMX tiles at the amx level (a forced software model stays on) */

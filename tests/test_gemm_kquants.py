@@ -25,7 +25,9 @@ from gguf import GGMLQuantizationType as T
 import llmrt._core as core
 from llmrt import runtime
 
-from test_gemm import assert_calls_of_several_groups  # noqa: E402
+from test_gemm import VEC_DOT_TYPE as Q32_ACT_TYPE  # noqa: E402
+from test_gemm import assert_calls_of_several_groups, random_act  # noqa: E402
+from test_gemm import random_rows as q32_rows  # noqa: E402
 
 KQUANTS = (T.Q4_K, T.Q6_K, T.Q5_K, T.Q3_K, T.Q2_K, T.IQ4_XS)
 FLOATS = (T.F32, T.F16, T.BF16)
@@ -285,3 +287,44 @@ def test_gemm_several_groups_per_call_kquants(isa_level, t, k, rng):
     if G < 2:
         pytest.skip(f"{t.name}'s gemm takes one group per call at {isa_level}")
     assert_calls_of_several_groups(pw, a, vec_dot_all(t, w, a, k), R, M, n_xs, f"{t.name} k={k}")
+
+
+LEVEL_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0) + KQUANTS
+
+
+def _gemm_calls(pw, a, M):
+    """Every output of pw through calls of gemm_groups() groups (the way MUL_MAT calls it)."""
+    R, G = pw.R, pw.gemm_groups()
+    out = np.zeros((a.shape[0], M), np.float32)
+    for g in range(0, pw.n_groups, G):
+        n_rows = min(G * R, M - g * R)
+        out[:, g * R:g * R + n_rows] = pw.gemm(g, a, n_rows)
+    return out
+
+
+@pytest.mark.parametrize("t", LEVEL_TYPES, ids=lambda v: v.name)
+def test_avx512_vnni_gemm_gives_the_avx2_bits(t, rng):
+    """The avx512_vnni level's 16-lane prefill kernels (gemm_q32_w.inc, gemm_kq_w.inc) reproduce the
+    AVX2 kernels' order: at that level, real where the CPU has it and emulated (simdw.h's AVX2
+    backend) everywhere, every output of every call equals the AVX2 level's bit for bit, for decode
+    and prefill token counts and a last call of fewer groups."""
+    from conftest import skip_unless_isa, use_isa
+    skip_unless_isa("avx2")
+    k = 512 if t in KQUANTS else 416
+    M = 37
+    w = random_rows(t, k, M, rng) if t in KQUANTS else q32_rows(t, k, M, rng)
+    a = act_rows(t, k, 70, rng) if t in KQUANTS else random_act(Q32_ACT_TYPE[t], k, 70, rng)
+    before, emulated = runtime.isa(), runtime.isa_emulated()
+    try:
+        outs = {}
+        for level in ("avx2", "avx512_vnni-emu", "avx512_vnni"):
+            if level == "avx512_vnni" and "avx512_vnni" not in runtime.available_isas():
+                continue
+            use_isa(level)
+            pw = core.pack_weight(w, int(t), k, M)
+            outs[level] = np.concatenate([_gemm_calls(pw, a[:n], M) for n in (1, 3, 70)])
+        for level, y in outs.items():
+            assert np.isfinite(y).all()
+            np.testing.assert_array_equal(y.view(np.uint32), outs["avx2"].view(np.uint32), err_msg=level)
+    finally:
+        (runtime.set_isa_emulated if emulated else runtime.set_isa)(before)

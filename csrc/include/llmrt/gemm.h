@@ -96,6 +96,10 @@ void llmrt_register_gemm_k_kernels_avx512(llmrt_kernel_table *kt);
  * twin x86/gemm_kq_emu512.c registers the same at an emulated level (tests only). */
 void llmrt_register_gemm_kq_kernels_avx512_vnni(llmrt_kernel_table *kt);
 void llmrt_register_gemm_kq_emu512(llmrt_kernel_table *kt, int level, int bf16);
+/* x86/gemm_q32_avx512_vnni.c: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 prefill in 16 lanes with VNNI (gemm_q32_w.inc);
+ * its emulated twin x86/gemm_q32_emu512.c (tests only). */
+void llmrt_register_gemm_q32_kernels_avx512_vnni(llmrt_kernel_table *kt);
+void llmrt_register_gemm_q32_emu512(llmrt_kernel_table *kt, int level, int bf16);
 /* llmrt_unpack_group for those types (LLMRT_EUNSUPPORTED for the others). */
 int llmrt_unpack_group_k(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes);
 

@@ -34,6 +34,7 @@
 
 #if defined(__x86_64__)
 #include "simd_avx2.h" /* f16, loads, hsum_ps, expand_bits_32 */
+#include "gemm_q32_simd.h" /* q32_block_quants */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #ifndef GEMV_PF_BYTES
@@ -181,24 +182,10 @@ _Static_assert(NTU <= TILE_NT_MAX && GEMM_NT <= TILE_NT_MAX, "tile_store holds T
 /* wq: block ib's 4 rows at wq + ib * wbs (wbs = 128: this group alone; 256: one of two groups) */
 static ALWAYS_INLINE void unpack_q32(const int type, const int64_t nb, const uint8_t *grp, uint8_t *wq,
                                      const size_t wbs) {
-    const uint8_t *qh = grp + q32_qh_off(type, nb);
-    const uint8_t *qs = grp + q32_qs_off(type, nb);
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i b5 = _mm256_set1_epi8(0x10);
     for (int64_t ib = 0; ib < nb; ib++) {
-        for (int p = 0; p < Q32_R / 2; p++) {
-            const __m256i v = _mm256_load_si256((const __m256i *)(qs + ib * 64 + 32 * p));
-            __m256i w0 = _mm256_and_si256(v, m4), w1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (q32_has_qh(type)) { /* 5th bits to bit 4 of each byte (gemm_q32.h) */
-                long long hq;
-                memcpy(&hq, qh + ib * Q32_R * 4 + 8 * p, 8);
-                const __m256i h = _mm256_set1_epi64x(hq);
-                w0 = _mm256_or_si256(w0, _mm256_and_si256(_mm256_sllv_epi64(h, _mm256_set_epi64x(1, 2, 3, 4)), b5));
-                w1 = _mm256_or_si256(w1, _mm256_and_si256(_mm256_srlv_epi64(h, _mm256_set_epi64x(3, 2, 1, 0)), b5));
-            }
-            _mm256_store_si256((__m256i *)(wq + (size_t)ib * wbs + 64 * p), w0);
-            _mm256_store_si256((__m256i *)(wq + (size_t)ib * wbs + 64 * p + 32), w1);
-        }
+        __m256i w[Q32_R];
+        q32_block_quants(type, nb, grp, ib, w);
+        for (int r = 0; r < Q32_R; r++) _mm256_store_si256((__m256i *)(wq + (size_t)ib * wbs + 32 * r), w[r]);
     }
 }
 
@@ -362,6 +349,11 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
 #define Q32_GEMM(T, t, tx)                                                                          \
     static void gemm_##t##_##tx##_avx2(int64_t K, const void *group, int n_rows, const void *x,     \
                                        size_t x_stride, int n_x, float *y, int64_t y_stride) {      \
+        gemm_q32_avx2(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);             \
+    }                                                                                               \
+    /* for the avx512_vnni level, which reproduces these bits (gemm_q32_w.inc) */                    \
+    void llmrt_gemm_##t##_avx2(int64_t K, const void *group, int n_rows, const void *x,              \
+                               size_t x_stride, int n_x, float *y, int64_t y_stride) {              \
         gemm_q32_avx2(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);             \
     }
 Q32_GEMM(Q4_0, q4_0, q8_0)

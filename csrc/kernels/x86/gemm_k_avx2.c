@@ -59,17 +59,6 @@ static ALWAYS_INLINE void gemv_prefetch(const uint8_t *bg, int bg_bytes, int r) 
 /* activation row j */
 #define XROW(x, j, x_stride) ((const void *)((const uint8_t *)(x) + (size_t)(j) * (x_stride)))
 
-/* 8 i32 vectors -> one, lane r = Σ of the 8 lanes of v[r] (exact; integer adds) */
-static inline __m256i hsum8_i32(const __m256i *v) {
-    const __m256i a01 = _mm256_hadd_epi32(v[0], v[1]);
-    const __m256i a23 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i a45 = _mm256_hadd_epi32(v[4], v[5]);
-    const __m256i a67 = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i b0 = _mm256_hadd_epi32(a01, a23); /* per 128-bit half: partial sums of v0..v3 */
-    const __m256i b1 = _mm256_hadd_epi32(a45, a67); /* v4..v7 */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20), _mm256_permute2x128_si256(b0, b1, 0x31));
-}
-
 /* Σ_s madd(maddubs(q[s], y[32s..]), sc[s]) over the 8 32-element groups of a super-block */
 static inline __m256i isum8(const __m256i *q, const __m256i *sc, const int8_t *q8) {
     __m256i isum = _mm256_setzero_si256();

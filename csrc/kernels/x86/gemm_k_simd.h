@@ -58,6 +58,17 @@ static inline __m256i imin8_k4(const uint8_t *mfield, const int16_t *bsums) {
     return imin;
 }
 
+/* 8 i32 vectors -> one, lane r = Σ of the 8 lanes of v[r] (exact; integer adds) */
+static inline __m256i hsum8_i32(const __m256i *v) {
+    const __m256i a01 = _mm256_hadd_epi32(v[0], v[1]);
+    const __m256i a23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i a45 = _mm256_hadd_epi32(v[4], v[5]);
+    const __m256i a67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i b0 = _mm256_hadd_epi32(a01, a23); /* per 128-bit half: partial sums of v0..v3 */
+    const __m256i b1 = _mm256_hadd_epi32(a45, a67); /* v4..v7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20), _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
 /* 8 x 8 i32 transpose: o[c] lane r = v[r] lane c */
 static inline void transpose8_epi32(const __m256i *v, __m256i *o) {
     __m256i a[8], b[8];

@@ -1,0 +1,53 @@
+/*
+ * gemm_q32_simd.h — AVX2 helpers shared by the packed 32-block kernels (gemm_avx2.c,
+ * gemm_q32_w.inc) over the layout of ../gemm_q32.h. `static inline`, no target of its own: include
+ * it after the file's `#pragma GCC target(...)`, inside its `#if defined(__x86_64__)` block.
+ */
+#ifndef LLMRT_KERNELS_X86_GEMM_Q32_SIMD_H
+#define LLMRT_KERNELS_X86_GEMM_Q32_SIMD_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../gemm_q32.h"
+
+/* Block ib's quants of the group's 4 rows, one 32-byte vector per row (element order): Q4_0 / Q4_1
+ * 0..15, Q5_0 / Q5_1 0..31 (5th bit included), Q8_0 the int8 values as stored. */
+static inline void q32_block_quants(const int type, const int64_t nb, const uint8_t *grp, const int64_t ib,
+                                    __m256i w[Q32_R]) {
+    const uint8_t *qs = grp + q32_qs_off(type, nb);
+    if (type == LLMRT_TYPE_Q8_0) {
+        for (int r = 0; r < Q32_R; r++) w[r] = _mm256_load_si256((const __m256i *)(qs + ib * 128 + 32 * r));
+        return;
+    }
+    const uint8_t *qh = grp + q32_qh_off(type, nb);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i b5 = _mm256_set1_epi8(0x10);
+    for (int p = 0; p < Q32_R / 2; p++) {
+        const __m256i v = _mm256_load_si256((const __m256i *)(qs + ib * 64 + 32 * p));
+        __m256i w0 = _mm256_and_si256(v, m4), w1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (q32_has_qh(type)) { /* 5th bits to bit 4 of each byte (gemm_q32.h) */
+            long long hq;
+            memcpy(&hq, qh + ib * Q32_R * 4 + 8 * p, 8);
+            const __m256i h = _mm256_set1_epi64x(hq);
+            w0 = _mm256_or_si256(w0, _mm256_and_si256(_mm256_sllv_epi64(h, _mm256_set_epi64x(1, 2, 3, 4)), b5));
+            w1 = _mm256_or_si256(w1, _mm256_and_si256(_mm256_srlv_epi64(h, _mm256_set_epi64x(3, 2, 1, 0)), b5));
+        }
+        w[2 * p] = w0;
+        w[2 * p + 1] = w1;
+    }
+}
+
+/* gemm_avx2.c's 32-block gemms (gemm.h's signature), for the levels above that reproduce their
+ * bits (gemm_q32_w.inc) */
+#define GEMM_Q32_AVX2_PROTO(t) void llmrt_gemm_##t##_avx2(int64_t K, const void *group, int n_rows, const void *x, \
+                                                          size_t x_stride, int n_x, float *y, int64_t y_stride);
+GEMM_Q32_AVX2_PROTO(q4_0)
+GEMM_Q32_AVX2_PROTO(q4_1)
+GEMM_Q32_AVX2_PROTO(q5_0)
+GEMM_Q32_AVX2_PROTO(q5_1)
+GEMM_Q32_AVX2_PROTO(q8_0)
+#undef GEMM_Q32_AVX2_PROTO
+
+#endif /* LLMRT_KERNELS_X86_GEMM_Q32_SIMD_H */
