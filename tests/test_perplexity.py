@@ -293,12 +293,23 @@ REF_FILES = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-27
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("lvl", ("avx2", "avx512", "avx512_vnni"))
 @pytest.mark.parametrize("name", list(REF_FILES))
-def test_dense_ppl_matches_llamacpp(name):
+def test_dense_ppl_matches_llamacpp(name, lvl):
+    """Within 1 % of llama.cpp's perplexity at every level from AVX2 up (the generic level follows
+    ggml's scalar build, not the build of the reference)."""
+    from llmrt import runtime
+    if lvl not in runtime.available_isas():
+        pytest.skip(f"CPU lacks {lvl}")
     ref = json.loads((DATA / "ppl_ref.json").read_text())["models"][name]
-    m = Model(str(model_path(REF_FILES[name])), n_threads=2, ctx_size=ref["ctx_size"])
-    ids = m.tokenizer.encode(P.read_text(TEXT), add_special=True, parse_special=False)
-    assert len(ids) == ref["n_text_tokens"]          # same tokenization as llama.cpp
-    r = P.perplexity(m, ids, ref["ctx_size"], max_tokens=ref["max_tokens"], progress=False)
+    before = runtime.isa()
+    runtime.set_isa(lvl)
+    try:
+        m = Model(str(model_path(REF_FILES[name])), n_threads=2, ctx_size=ref["ctx_size"])
+        ids = m.tokenizer.encode(P.read_text(TEXT), add_special=True, parse_special=False)
+        assert len(ids) == ref["n_text_tokens"]          # same tokenization as llama.cpp
+        r = P.perplexity(m, ids, ref["ctx_size"], max_tokens=ref["max_tokens"], progress=False)
+    finally:
+        runtime.set_isa(before)
     assert r.n_tokens == ref["n_tokens"] and r.n_chunks == ref["n_chunks"]
     assert r.ppl == pytest.approx(ref["ppl"], rel=LLAMACPP_PPL_REL)
