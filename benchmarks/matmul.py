@@ -20,9 +20,20 @@ from llmrt import _core
 SHAPES = [(T.Q4_1, 576, 1536), (T.Q4_1, 1536, 576), (T.Q8_0, 576, 49152), (T.Q5_0, 640, 2048),
           (T.Q8_0, 640, 65536), (T.Q4_0, 576, 1536), (T.Q5_1, 576, 1536),
           (T.Q5_0, 640, 1024), (T.Q4_K, 1024, 640), (T.Q4_K, 2048, 640), (T.Q6_K, 2048, 640)]
+# llama-shaped 0.4B (dim 1536, ffn 4096, 4 KV heads of 128) in F16 / BF16: attn_q/o, attn_k/v, ffn_gate/up,
+# ffn_down (select with --type F16 BF16 F32)
+SHAPES += [(t, K, M) for t in (T.F16, T.BF16) for K, M in ((1536, 1536), (1536, 512), (1536, 4096), (4096, 1536))]
+SHAPES += [(T.F32, 1536, 1536)]
 
 
 def weight(t, K, M, rng):
+    if t in (T.F32, T.F16, T.BF16):  # values of a trained layer's scale, in the type's own bits
+        w = (rng.standard_normal((M, K)) / np.sqrt(K)).astype(np.float32)
+        if t == T.F16:
+            return w.astype(np.float16).view(np.uint8)
+        if t == T.BF16:
+            return (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+        return w.view(np.uint8)
     be, bb = gguf.GGML_QUANT_SIZES[t]
     b = rng.integers(0, 256, size=(M * K // be, bb), dtype=np.uint8)
     d = (rng.uniform(1e-3, 1e-2, size=b.shape[0])).astype(np.float16)

@@ -100,6 +100,13 @@ void llmrt_register_gemm_kq_emu512(llmrt_kernel_table *kt, int level, int bf16);
  * its emulated twin x86/gemm_q32_emu512.c (tests only). */
 void llmrt_register_gemm_q32_kernels_avx512_vnni(llmrt_kernel_table *kt);
 void llmrt_register_gemm_q32_emu512(llmrt_kernel_table *kt, int level, int bf16);
+/* x86/gemm_f_avx512.c (fp32 fmas) and x86/gemm_f_bf16_avx512.c (vdpbf16ps, CPUs with AVX512-BF16):
+ * F32 / F16 / BF16 vec_dot + gemm pairs of the 512-bit levels (gemm_f_w.inc); their emulated twins
+ * x86/gemm_f_emu512.c (+ gemm_f_bf16_emu512.c, called by it) register the same at an emulated level. */
+void llmrt_register_gemm_f_kernels_avx512(llmrt_kernel_table *kt);
+void llmrt_register_gemm_f_bf16_kernels_avx512(llmrt_kernel_table *kt);
+void llmrt_register_gemm_f_emu512(llmrt_kernel_table *kt, int level, int bf16);
+void llmrt_register_gemm_f_bf16_emu512(llmrt_kernel_table *kt);
 /* llmrt_unpack_group for those types (LLMRT_EUNSUPPORTED for the others). */
 int llmrt_unpack_group_k(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes);
 

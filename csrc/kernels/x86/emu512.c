@@ -12,6 +12,7 @@
 #include "llmrt/gemm.h"
 
 void llmrt_register_kernels_emu512(llmrt_kernel_table *kt, int level, int bf16) {
+    llmrt_register_gemm_f_emu512(kt, level, bf16);
     llmrt_register_gemm_kq_emu512(kt, level, bf16);
     llmrt_register_gemm_q32_emu512(kt, level, bf16);
 }

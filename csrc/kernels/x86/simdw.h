@@ -188,6 +188,7 @@ static inline void w_storeu_ps(float *p, wvf v) { _mm512_storeu_ps(p, v); }
 static inline wvf w_fmadd_ps(wvf a, wvf b, wvf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline wvf w_cvtepi32_ps(wvi v) { return _mm512_cvtepi32_ps(v); }
 static inline wvf w_cvtph_ps(__m256i h) { return _mm512_cvtph_ps(h); } /* 16 f16 -> 16 f32 (exact) */
+static inline wvf w_cvtbf16_ps(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); } /* 16 bf16 -> 16 f32 (exact) */
 static inline wvf w_castsi_ps(wvi v) { return _mm512_castsi512_ps(v); }
 static inline wvi w_castps_si(wvf v) { return _mm512_castps_si512(v); }
 /* lane i = a (i < 8) or b (i >= 8) */
@@ -204,6 +205,11 @@ static inline wvf w_fmadd_ps(wvf a, wvf b, wvf c) {
 static inline wvf w_cvtepi32_ps(wvi v) { wvf r = { _mm256_cvtepi32_ps(v.lo), _mm256_cvtepi32_ps(v.hi) }; return r; }
 static inline wvf w_cvtph_ps(__m256i h) {
     wvf r = { _mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)) };
+    return r;
+}
+static inline wvf w_cvtbf16_ps(__m256i h) {
+    wvf r = { _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16)),
+              _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16)) };
     return r;
 }
 static inline wvf w_castsi_ps(wvi v) { wvf r = { _mm256_castsi256_ps(v.lo), _mm256_castsi256_ps(v.hi) }; return r; }
