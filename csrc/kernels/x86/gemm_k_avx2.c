@@ -516,29 +516,47 @@ static ALWAYS_INLINE void tile_float(int kind, int NT, int64_t n, const uint8_t 
 }
 
 /* one activation row (decode): the 4 chains in one pass, 2 rows at a time (8 accumulators), so the
- * weights stream through once; then the same steps, reduction and tail as tile_float */
-static ALWAYS_INLINE void tile_float1(int kind, int64_t n, const uint8_t *w, size_t row_bytes, const void *a,
-                                      float out[FR][3]) {
-    for (int r0 = 0; r0 < FR; r0 += 2) {
+ * weights stream through once, the next 2 rows prefetched at the same offsets (after the last pair,
+ * the next group's: consecutive groups are consecutive in memory); then the same steps, reduction
+ * and tail as tile_float. The vector steps read the activation from av (akind: the row itself or its
+ * exact f32 widening), the tail from a (kind). */
+#define GEMV_KBUF 8192
+
+/* row r of a call's groups (pack_k.h: PK_R plain rows per group, groups group_bytes apart: the rows
+ * rounded up to 64 bytes), as an address (rows past the call's groups are prefetched only) */
+static ALWAYS_INLINE uintptr_t float_row(const void *group, int r, size_t row_bytes) {
+    const size_t group_bytes = (PK_R * row_bytes + 63) & ~(size_t)63;
+    return (uintptr_t)group + (size_t)(r / PK_R) * group_bytes + (size_t)(r % PK_R) * row_bytes;
+} /* an activation row of up to this many elements is widened to f32 once */
+
+static ALWAYS_INLINE void gemv_float_rows(int kind, int akind, int64_t n, const uint8_t *w, size_t row_bytes,
+                                          int n_rows, const void *av, const void *a, float *y) {
+    const size_t es = kind == KIND_F32 ? 4 : 2;
+    for (int r0 = 0; r0 < n_rows; r0 += 2) { /* rows past n_rows are the group's zero padding */
         __m256 acc[2][4];
         for (int r = 0; r < 2; r++) for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
-        const uint8_t *w0 = w + r0 * row_bytes, *w1 = w0 + row_bytes;
+        const uint8_t *w0 = (const uint8_t *)float_row(w, r0, row_bytes), *w1 = w0 + row_bytes; /* one group's */
+        const uintptr_t next = float_row(w, r0 + 2, row_bytes); /* prefetch only */
         int64_t i = 0;
         for (; i + 32 <= n; i += 32) {
+            for (size_t b = 0; b < 32 * es; b += 64) {
+                _mm_prefetch((const char *)(next + (size_t)i * es + b), _MM_HINT_T0);
+                _mm_prefetch((const char *)(next + row_bytes + (size_t)i * es + b), _MM_HINT_T0);
+            }
             for (int c = 0; c < 4; c++) {
-                const __m256 av = load8_ps(a, i + 8 * c, kind);
-                acc[0][c] = _mm256_fmadd_ps(load8_ps(w0, i + 8 * c, kind), av, acc[0][c]);
-                acc[1][c] = _mm256_fmadd_ps(load8_ps(w1, i + 8 * c, kind), av, acc[1][c]);
+                const __m256 x = load8_ps(av, i + 8 * c, akind);
+                acc[0][c] = _mm256_fmadd_ps(load8_ps(w0, i + 8 * c, kind), x, acc[0][c]);
+                acc[1][c] = _mm256_fmadd_ps(load8_ps(w1, i + 8 * c, kind), x, acc[1][c]);
             }
         }
         if (kind != KIND_F16) { /* steps of 8 into chain 0 */
             for (; i + 8 <= n; i += 8) {
-                const __m256 av = load8_ps(a, i, kind);
-                acc[0][0] = _mm256_fmadd_ps(load8_ps(w0, i, kind), av, acc[0][0]);
-                acc[1][0] = _mm256_fmadd_ps(load8_ps(w1, i, kind), av, acc[1][0]);
+                const __m256 x = load8_ps(av, i, akind);
+                acc[0][0] = _mm256_fmadd_ps(load8_ps(w0, i, kind), x, acc[0][0]);
+                acc[1][0] = _mm256_fmadd_ps(load8_ps(w1, i, kind), x, acc[1][0]);
             }
         }
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 2 && r0 + r < n_rows; r++) {
             const __m256 *ac = acc[r];
             double sum;
             if (kind == KIND_F16) {
@@ -551,16 +569,31 @@ static ALWAYS_INLINE void tile_float1(int kind, int64_t n, const uint8_t *w, siz
             }
             const uint8_t *wr = w0 + r * row_bytes;
             for (int64_t k = i; k < n; k++) sum += (double)(load1_ps(wr, k, kind) * load1_ps(a, k, kind));
-            out[r0 + r][0] = (float)sum;
+            y[r0 + r] = (float)sum;
         }
+    }
+}
+
+static ALWAYS_INLINE void gemv_float(int kind, int64_t n, const uint8_t *w, size_t row_bytes, int n_rows, const void *a,
+                                     float *y) {
+    if (kind != KIND_F32 && n <= GEMV_KBUF) { /* widen once (exact), for every row of the call */
+        float abuf[GEMV_KBUF] __attribute__((aligned(32)));
+        for (int64_t i = 0; i + 8 <= n; i += 8) _mm256_store_ps(abuf + i, load8_ps(a, i, kind));
+        gemv_float_rows(kind, KIND_F32, n, w, row_bytes, n_rows, abuf, a, y);
+    } else {
+        gemv_float_rows(kind, kind, n, w, row_bytes, n_rows, a, a, y);
     }
 }
 
 static ALWAYS_INLINE void gemm_float(int kind, int64_t K, const void *group, int n_rows, const void *x,
                                      size_t x_stride, int n_x, float *y, int64_t y_stride) {
     const size_t row_bytes = (size_t)K * (kind == KIND_F32 ? 4 : 2);
+    if (n_x == 1) {
+        gemv_float(kind, K, (const uint8_t *)group, row_bytes, n_rows, x, y);
+        return;
+    }
     for (int r0 = 0; r0 < n_rows; r0 += FR) { /* rows past n_rows are the group's zero padding */
-        const uint8_t *w = (const uint8_t *)group + r0 * row_bytes;
+        const uint8_t *w = (const uint8_t *)float_row(group, r0, row_bytes); /* FR rows of one group */
         for (int t0 = 0; t0 < n_x; t0 += 3) {
             const int nt = n_x - t0 < 3 ? n_x - t0 : 3;
             const void *a[3];
@@ -568,7 +601,7 @@ static ALWAYS_INLINE void gemm_float(int kind, int64_t K, const void *group, int
             float out[FR][3];
             if (nt == 3) tile_float(kind, 3, K, w, row_bytes, a, out);
             else if (nt == 2) tile_float(kind, 2, K, w, row_bytes, a, out);
-            else tile_float1(kind, K, w, row_bytes, a[0], out);
+            else tile_float(kind, 1, K, w, row_bytes, a, out);
             for (int r = 0; r < FR && r0 + r < n_rows; r++) {
                 for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * y_stride + r0 + r] = out[r][t];
             }
@@ -618,6 +651,8 @@ void llmrt_register_gemm_k_kernels_avx2(llmrt_kernel_table *kt) {
     REG(F32, gemm_f32_avx2);
     REG(F16, gemm_f16_avx2);
     REG(BF16, gemm_bf16_avx2);
+    /* decode widens the activation row once per call: 4 groups (32 rows) per call */
+    kt->gemm_groups[LLMRT_TYPE_F32] = kt->gemm_groups[LLMRT_TYPE_F16] = kt->gemm_groups[LLMRT_TYPE_BF16] = 4;
 #undef REG
 #else
     (void)kt;
