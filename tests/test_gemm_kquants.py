@@ -1,5 +1,5 @@
 """Packed GEMV/GEMM kernels for the K-quants (Q2_K..Q6_K) and the float types (F32, F16, BF16):
-csrc/kernels/pack_k.h (layouts), gemm_k_generic.c, x86/gemm_k_avx2.c, x86/gemm_k_avx512.c.
+csrc/kernels/pack_k.h (layouts), gemm_k_generic.c, x86/gemm_k_avx2.c, x86/gemm_f_w.inc (512-bit levels: tests/test_gemm_float.py).
 
 Two checks:
   (a) packing is lossless: the GGUF rows rebuilt here in numpy from the packed group bytes (the

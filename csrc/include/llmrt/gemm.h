@@ -88,10 +88,9 @@ int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *d
 void llmrt_register_gemm_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt);
 /* K-quants (Q2_K..Q6_K) and float types (F32, F16, BF16): csrc/kernels/gemm_k_generic.c,
- * x86/gemm_k_avx2.c, x86/gemm_k_avx512.c (layouts in csrc/kernels/pack_k.h). */
+ * x86/gemm_k_avx2.c (layouts in csrc/kernels/pack_k.h); the 512-bit levels' float pairs below. */
 void llmrt_register_gemm_k_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_gemm_k_kernels_avx2(llmrt_kernel_table *kt);
-void llmrt_register_gemm_k_kernels_avx512(llmrt_kernel_table *kt);
 /* x86/gemm_kq_avx512_vnni.c: Q4_K prefill in 16 lanes with VNNI (gemm_kq_w.inc); its emulated
  * twin x86/gemm_kq_emu512.c registers the same at an emulated level (tests only). */
 void llmrt_register_gemm_kq_kernels_avx512_vnni(llmrt_kernel_table *kt);

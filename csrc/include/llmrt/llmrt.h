@@ -261,7 +261,7 @@ void llmrt_register_kernels_emu512(llmrt_kernel_table *kt, int level, int bf16);
 /* Dot-product kernels live in their own files (csrc/kernels/dot_generic.c, x86/dot_*.c). */
 void llmrt_register_dot_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_dot_kernels_avx2(llmrt_kernel_table *kt);
-void llmrt_register_dot_kernels_avx512(llmrt_kernel_table *kt);
+/* the 512-bit levels' F32/F16/BF16 vec_dot: llmrt_register_gemm_f_kernels_avx512 (gemm.h) */
 /* Attention kernels (csrc/kernels/attn_generic.c, x86/attn_avx2.c), registered after the dot
  * kernels of the same level (they copy its vec_dot pointers into attn_pv_dot). */
 void llmrt_register_attn_kernels_generic(llmrt_kernel_table *kt);

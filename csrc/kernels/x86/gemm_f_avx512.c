@@ -1,6 +1,7 @@
 /* gemm_f_avx512.c — F32 / F16 / BF16 vec_dot + packed gemm of the 512-bit levels (gemm_f_w.inc, fp32
  * fmas) on the real instructions. The register function is called only where the CPU has AVX-512
- * F/BW/VL/DQ (llmrt_set_isa), after dot_avx512.c / gemm_k_avx512.c, whose float kernels it replaces. */
+ * F/BW/VL/DQ (llmrt_set_isa). (It replaces the former raw-intrinsic dot_avx512.c + gemm_k_avx512.c,
+ * keeping their vec_dot order.) */
 #include "llmrt/llmrt.h"
 #include "llmrt/gemm.h"
 

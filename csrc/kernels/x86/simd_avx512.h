@@ -1,6 +1,6 @@
 /*
  * simd_avx512.h — AVX-512 (F/BW/VL/DQ) intrinsic helpers shared by the x86 AVX-512 kernel files
- * (avx512.c, dot_avx512.c, dot_avx512_vnni.c). Pulls in simd_avx2.h (their targets include AVX2).
+ * (avx512.c). Pulls in simd_avx2.h (their targets include AVX2).
  *
  * `static inline`, no target attribute of its own: include it AFTER the file's
  * `#pragma GCC target(...)`, inside its `#if defined(__x86_64__)` block.
