@@ -24,6 +24,10 @@ SHAPES = [(T.Q4_1, 576, 1536), (T.Q4_1, 1536, 576), (T.Q8_0, 576, 49152), (T.Q5_
 # ffn_down (select with --type F16 BF16 F32)
 SHAPES += [(t, K, M) for t in (T.F16, T.BF16) for K, M in ((1536, 1536), (1536, 512), (1536, 4096), (4096, 1536))]
 SHAPES += [(T.F32, 1536, 1536)]
+# the same 0.4B's ffn_gate/up (1536 x 4096) and ffn_down (4096 x 1536) in the quantized types (select
+# with --type, e.g. --type Q4_0 Q8_0 Q4_K IQ4_XS -n 1 64)
+SHAPES += [(t, 1536, 4096) for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.IQ4_XS)]
+SHAPES += [(T.Q6_K, 4096, 1536)]
 
 
 def weight(t, K, M, rng):
