@@ -19,10 +19,10 @@ from gguf import GGMLQuantizationType as T
 
 import llmrt._core as core
 
-PACKED_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
-VEC_DOT_TYPE = {T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.Q8_0: T.Q8_0, T.Q4_1: T.Q8_1, T.Q5_1: T.Q8_1}
+PACKED_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL)
+VEC_DOT_TYPE = {T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.Q8_0: T.Q8_0, T.Q4_1: T.Q8_1, T.Q5_1: T.Q8_1, T.IQ4_NL: T.Q8_0}
 # byte offsets of the f16 fields (d, and m for the _1 types) in a GGUF block
-F16_FIELDS = {T.Q4_0: (0,), T.Q5_0: (0,), T.Q8_0: (0,), T.Q4_1: (0, 2), T.Q5_1: (0, 2)}
+F16_FIELDS = {T.Q4_0: (0,), T.Q5_0: (0,), T.Q8_0: (0,), T.Q4_1: (0, 2), T.Q5_1: (0, 2), T.IQ4_NL: (0,)}
 KS = (32, 96, 416)            # one block, three, thirteen (no tile of 2 / 4 / 8 blocks divides it)
 N_XS = (1, 2, 3, 5, 17, 64)
 
@@ -175,7 +175,7 @@ def test_pack_layout_same_at_every_level():
 
 def test_pack_errors():
     with pytest.raises(ValueError, match="no packed layout"):
-        core.pack_weight(np.zeros(2 * 18, np.uint8), int(T.IQ4_NL), 64, 1)  # F32 has one (kq)
+        core.pack_weight(np.zeros(2 * 36, np.uint8), int(T.Q8_1), 64, 1)  # an activation type: none
     with pytest.raises(ValueError, match="multiple of the block size"):
         core.pack_weight(np.zeros(34, np.uint8), int(T.Q8_0), 48, 1)
     with pytest.raises(ValueError, match="bytes"):

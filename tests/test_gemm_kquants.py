@@ -289,7 +289,7 @@ def test_gemm_several_groups_per_call_kquants(isa_level, t, k, rng):
     assert_calls_of_several_groups(pw, a, vec_dot_all(t, w, a, k), R, M, n_xs, f"{t.name} k={k}")
 
 
-LEVEL_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0) + KQUANTS
+LEVEL_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL) + KQUANTS
 
 
 def _gemm_calls(pw, a, M):

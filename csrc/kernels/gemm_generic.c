@@ -18,6 +18,7 @@
 #endif
 
 #include "gemm_q32.h"
+#include "quant_common.h" /* kvalues_iq4nl */
 
 #define FP16(h) llmrt_fp16_to_fp32(h)
 
@@ -32,7 +33,7 @@ static int q32_off_qs(int type) {
     case LLMRT_TYPE_Q4_1: return 4;
     case LLMRT_TYPE_Q5_0: return 6;
     case LLMRT_TYPE_Q5_1: return 8;
-    default: return 2; /* Q8_0 */
+    default: return 2; /* Q8_0, IQ4_NL */
     }
 }
 
@@ -130,10 +131,12 @@ Q32_LAYOUT(Q4_1, q4_1)
 Q32_LAYOUT(Q5_0, q5_0)
 Q32_LAYOUT(Q5_1, q5_1)
 Q32_LAYOUT(Q8_0, q8_0)
+Q32_LAYOUT(IQ4_NL, iq4_nl)
 
 /* ---- 32-element block types: portable gemm ------------------------------------------------------ */
 
-/* quant of element i (0..31) of row r in block ib: Q8_0 signed, Q4/Q5 unsigned 0..15 / 0..31 */
+/* quant of element i (0..31) of row r in block ib: Q8_0 signed, Q4/Q5 unsigned 0..15 / 0..31,
+ * IQ4_NL its level kvalues_iq4nl[nibble] */
 static inline int q32_q(int type, const uint8_t *group, int64_t nb, int64_t ib, int r, int i) {
     const uint8_t *qs = group + q32_qs_off(type, nb);
     if (type == LLMRT_TYPE_Q8_0) return (int8_t)qs[ib * Q32_R * 32 + 32 * r + i];
@@ -143,7 +146,7 @@ static inline int q32_q(int type, const uint8_t *group, int64_t nb, int64_t ib, 
         const uint8_t h = group[q32_qh_off(type, nb) + ib * Q32_R * 4 + 8 * (r / 2) + i % 8];
         q |= ((h >> (4 * (r % 2) + i / 8)) & 1) << 4;
     }
-    return q;
+    return type == LLMRT_TYPE_IQ4_NL ? kvalues_iq4nl[q] : q;
 }
 
 static inline llmrt_fp16_t q32_sc(int type, const uint8_t *group, int64_t nb, int64_t ib, int which, int r) {
@@ -171,6 +174,7 @@ static inline float dot_q32_generic(int type, const uint8_t *group, int64_t nb, 
         case LLMRT_TYPE_Q8_0: sumf += (float)sumi * (xd * FP16(yd)); break;
         case LLMRT_TYPE_Q4_0: sumf += (float)sumi * xd * FP16(yd); break;
         case LLMRT_TYPE_Q5_0: sumf += (xd * FP16(yd)) * (float)sumi; break;
+        case LLMRT_TYPE_IQ4_NL: sumf += (FP16(yd) * xd) * (float)sumi; break;
         default: /* Q4_1, Q5_1 */
             sumf += (xd * FP16(yd)) * (float)sumi + FP16(q32_sc(type, group, nb, ib, 1, r)) * FP16(ys);
             break;
@@ -197,13 +201,14 @@ Q32_GEMM(Q4_1, q4_1, q8_1)
 Q32_GEMM(Q5_0, q5_0, q8_0)
 Q32_GEMM(Q5_1, q5_1, q8_1)
 Q32_GEMM(Q8_0, q8_0, q8_0)
+Q32_GEMM(IQ4_NL, iq4_nl, q8_0)
 
 /* ---- whole tensors -------------------------------------------------------------------------- */
 
 int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes) {
     switch (type) {
     case LLMRT_TYPE_Q4_0: case LLMRT_TYPE_Q4_1: case LLMRT_TYPE_Q5_0: case LLMRT_TYPE_Q5_1:
-    case LLMRT_TYPE_Q8_0:
+    case LLMRT_TYPE_Q8_0: case LLMRT_TYPE_IQ4_NL:
         if (K <= 0 || K % 32 != 0 || rows < 0 || rows > Q32_R) return LLMRT_EINVAL;
         unpack_q32(type, K, group, rows, dst, dst_row_bytes);
         return LLMRT_OK;
@@ -450,11 +455,13 @@ void llmrt_register_gemm_kernels_generic(llmrt_kernel_table *kt) {
     LAYOUT(Q5_0, q5_0);
     LAYOUT(Q5_1, q5_1);
     LAYOUT(Q8_0, q8_0);
+    LAYOUT(IQ4_NL, iq4_nl);
     REG(Q4_0, gemm_q4_0_q8_0_generic);
     REG(Q4_1, gemm_q4_1_q8_1_generic);
     REG(Q5_0, gemm_q5_0_q8_0_generic);
     REG(Q5_1, gemm_q5_1_q8_1_generic);
     REG(Q8_0, gemm_q8_0_q8_0_generic);
+    REG(IQ4_NL, gemm_iq4_nl_q8_0_generic);
 #undef LAYOUT
 #undef REG
 }

@@ -1,5 +1,6 @@
 /*
- * gemm_q32.h — the packed layout of the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0),
+ * gemm_q32.h — the packed layout of the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * IQ4_NL: its block is Q4_0's, d and 16 bytes of nibbles, the nibble an index into kvalues_iq4nl),
  * shared by gemm_generic.c (pack, unpack, portable gemm) and the ISA gemm files. The same at every
  * ISA level (gemm.h).
  *
@@ -18,7 +19,7 @@
  *                                byte shuffle; padded to 64 bytes;
  *   qs  [nb][Q32_R * qsb]      quants, qsb = 32 bytes per row and block for Q8_0, 16 for the others:
  *                                Q8_0: row r's 32 int8 at ib * 128 + 32 * r (as in the GGUF block);
- *                                Q4/Q5: the low 4 bits of rows 2p and 2p + 1 share 32 bytes at
+ *                                Q4/Q5/IQ4_NL: the low 4 bits of rows 2p and 2p + 1 share 32 bytes at
  *                                ib * 64 + 32 * p: byte i = q(2p, i) | q(2p + 1, i) << 4, i = element
  *                                0..31 of the block (GGUF keeps elements i and i + 16 in one byte),
  *                                so one 32-byte load and two masks give both rows' 32 quants.
@@ -37,6 +38,8 @@
 #define Q32_R 4 /* rows per group */
 
 static inline int q32_qsb(int type) { return type == LLMRT_TYPE_Q8_0 ? 32 : 16; }
+/* int8 weights as stored or looked up (Q8_0, IQ4_NL), the sign trick's operand; else unsigned quants */
+static inline int q32_signed(int type) { return type == LLMRT_TYPE_Q8_0 || type == LLMRT_TYPE_IQ4_NL; }
 static inline int q32_has_qh(int type) { return type == LLMRT_TYPE_Q5_0 || type == LLMRT_TYPE_Q5_1; }
 static inline int q32_nsc(int type) { return (type == LLMRT_TYPE_Q4_1 || type == LLMRT_TYPE_Q5_1) ? 2 : 1; }
 

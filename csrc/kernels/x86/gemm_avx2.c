@@ -17,6 +17,8 @@
  *     per token and block and subtracted from every row's maddubs(q, y) before the madd to i32
  *     lanes: the same exact integers as vec_dot's maddubs(q, y) - maddubs(off, y) (every i16
  *     value fits, nothing saturates).
+ * IQ4_NL is Q8_0 once its nibbles are looked up (vpshufb of kvalues_iq4nl): the sign trick on the
+ * int8 levels, as vec_dot_iq4_nl_q8_0_avx2 (d_y·d_x equals d_x·d_y).
  * n_x = 1 is the decode GEMV (a tile of one token streams the group once); n_x > 1 tiles tokens
  * by GEMM_NT, the rest by smaller tiles; for Q4_0/Q4_1/Q5_0/Q5_1 the group is first unpacked to
  * bytes once per call (tile_q32u, below), and a call of two groups (gemm_groups = 2, what MUL_MAT
@@ -126,9 +128,11 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             yq[j] = loadu256(yb + yqo);
             if (off) yo[j] = _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), yq[j]); /* i16 pairs */
         }
-        if (type == LLMRT_TYPE_Q8_0) {
+        if (q32_signed(type)) { /* Q8_0, IQ4_NL: the sign trick, as dot_i8_i8 */
+            __m256i wv[Q32_R];
+            if (type == LLMRT_TYPE_IQ4_NL) q32_block_quants(type, nb, grp, ib, wv);
             for (int r = 0; r < Q32_R; r++) {
-                const __m256i w = _mm256_load_si256((const __m256i *)(qs + ib * 128 + 32 * r));
+                const __m256i w = type == LLMRT_TYPE_Q8_0 ? _mm256_load_si256((const __m256i *)(qs + ib * 128 + 32 * r)) : wv[r];
                 const __m256i aw = _mm256_sign_epi8(w, w);
                 for (int j = 0; j < NT; j++) {
                     const __m256i i32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(yq[j], w)), ones);
@@ -299,7 +303,7 @@ static ALWAYS_INLINE void gemm_q32_1(const int type, const int64_t nb, const uin
                                      const uint8_t *xb, const size_t x_stride, const int n_x, float *y,
                                      const int64_t y_stride) {
     int j = 0;
-    if (n_x > 1 && type != LLMRT_TYPE_Q8_0 && nb <= WQ_NB_MAX) {
+    if (n_x > 1 && !q32_signed(type) && nb <= WQ_NB_MAX) {
         _Alignas(32) uint8_t wq[WQ_NB_MAX * 128];
         unpack_q32(type, nb, g, wq, 128);
         for (; j + NTU <= n_x; j += NTU) {
@@ -333,7 +337,7 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
         return;
     }
     const size_t gb = q32_group_bytes(type, nb);
-    if (n_x > 1 && type != LLMRT_TYPE_Q8_0 && nb <= WQ_NB_MAX) {
+    if (n_x > 1 && !q32_signed(type) && nb <= WQ_NB_MAX) {
         _Alignas(32) uint8_t w8[WQ_NB_MAX * 256];
         _Alignas(32) float d8[WQ_NB_MAX * W8_R], m8[WQ_NB_MAX * W8_R];
         unpack_q32x2(type, nb, g, g + gb, w8, d8, m8);
@@ -361,6 +365,7 @@ Q32_GEMM(Q4_1, q4_1, q8_1)
 Q32_GEMM(Q5_0, q5_0, q8_0)
 Q32_GEMM(Q5_1, q5_1, q8_1)
 Q32_GEMM(Q8_0, q8_0, q8_0)
+Q32_GEMM(IQ4_NL, iq4_nl, q8_0)
 
 #endif /* __x86_64__ */
 
@@ -372,6 +377,7 @@ void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt) {
     REG(Q5_0, gemm_q5_0_q8_0_avx2);
     REG(Q5_1, gemm_q5_1_q8_1_avx2);
     REG(Q8_0, gemm_q8_0_q8_0_avx2);
+    REG(IQ4_NL, gemm_iq4_nl_q8_0_avx2);
     /* two groups per call: the 8-row prefill tile (tile_q32x2) for the unsigned-quant types */
     kt->gemm_groups[LLMRT_TYPE_Q4_0] = kt->gemm_groups[LLMRT_TYPE_Q4_1] = 2;
     kt->gemm_groups[LLMRT_TYPE_Q5_0] = kt->gemm_groups[LLMRT_TYPE_Q5_1] = 2;

@@ -12,8 +12,15 @@
 
 #include "../gemm_q32.h"
 
+/* IQ4_NL's 16 levels in both 128-bit lanes (a vpshufb table; quant_common.h's kvalues_iq4nl) */
+static inline __m256i q32_iq4nl_table(void) {
+    return _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                            -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+}
+
 /* Block ib's quants of the group's 4 rows, one 32-byte vector per row (element order): Q4_0 / Q4_1
- * 0..15, Q5_0 / Q5_1 0..31 (5th bit included), Q8_0 the int8 values as stored. */
+ * 0..15, Q5_0 / Q5_1 0..31 (5th bit included), Q8_0 the int8 values as stored, IQ4_NL the int8
+ * levels of its nibbles. */
 static inline void q32_block_quants(const int type, const int64_t nb, const uint8_t *grp, const int64_t ib,
                                     __m256i w[Q32_R]) {
     const uint8_t *qs = grp + q32_qs_off(type, nb);
@@ -34,6 +41,10 @@ static inline void q32_block_quants(const int type, const int64_t nb, const uint
             w0 = _mm256_or_si256(w0, _mm256_and_si256(_mm256_sllv_epi64(h, _mm256_set_epi64x(1, 2, 3, 4)), b5));
             w1 = _mm256_or_si256(w1, _mm256_and_si256(_mm256_srlv_epi64(h, _mm256_set_epi64x(3, 2, 1, 0)), b5));
         }
+        if (type == LLMRT_TYPE_IQ4_NL) {
+            w0 = _mm256_shuffle_epi8(q32_iq4nl_table(), w0);
+            w1 = _mm256_shuffle_epi8(q32_iq4nl_table(), w1);
+        }
         w[2 * p] = w0;
         w[2 * p + 1] = w1;
     }
@@ -48,6 +59,7 @@ GEMM_Q32_AVX2_PROTO(q4_1)
 GEMM_Q32_AVX2_PROTO(q5_0)
 GEMM_Q32_AVX2_PROTO(q5_1)
 GEMM_Q32_AVX2_PROTO(q8_0)
+GEMM_Q32_AVX2_PROTO(iq4_nl)
 #undef GEMM_Q32_AVX2_PROTO
 
 #endif /* LLMRT_KERNELS_X86_GEMM_Q32_SIMD_H */
