@@ -348,6 +348,48 @@ def test_vec_dot_q8a_extremes_do_not_saturate(isa_level):
     assert got == n * -128 * 127
 
 
+PACKED_WQ = ["WQ_Q8A"] + [f"WQ_{L}_{c}" for c in ("F32", "BF16") for L in ("Q4_0", "Q4_1", "Q8_0", "Q8A")]
+
+
+def _wq_act(tname, K, n, rng):
+    """n activation rows for a private type: Q8_1 blocks (WQ_Q8A), f32, or bf16 bits."""
+    from test_gemm import random_act
+    from gguf import GGMLQuantizationType as T
+    if tname == "WQ_Q8A":
+        return random_act(T.Q8_1, K, n, rng)
+    a = (rng.standard_normal((n, K)) * np.exp(rng.normal(0, 1, (n, 1)))).astype(F32)
+    return (_bf16_bits(a) if tname.endswith("BF16") else a).view(np.uint8).reshape(n, -1)
+
+
+@pytest.mark.parametrize("K", [32, 416, 1056])
+@pytest.mark.parametrize("tname", PACKED_WQ)
+def test_packed_wq_gemm_gives_vec_dot_bits(tname, K, isa_level, rng):
+    """The private types keep the packed layout of the 32-block type they share (csrc/kernels/
+    gemm_q32.h; WQ_Q8A: Q8_0's quants with Q4_1's d and m): packing is lossless, and every gemm
+    call (decode, prefill of 2..70 tokens, calls of gemm_groups() groups, a last group with one
+    real row) gives the level's vec_dot bits, the extreme int8 quant -128 included. K = 1056 spans
+    more than one of the AVX2 kernel's dequantized chunks (16 blocks) and ends inside one."""
+    from test_gemm import assert_calls_of_several_groups
+    tid = quants.type_id(tname)
+    R = _core.pack_rows(tid)
+    M, n_xs = 4 * R + 1, (1, 2, 3, 5, 17, 64, 70)
+    w = (rng.standard_normal((M, K)) * rng.uniform(0.01, 2.0, (M, 1)) + rng.uniform(-1, 1, (M, 1))).astype(F32)
+    raw = wquant.quantize_tensor(w, tid, 32)
+    bs = raw.shape[1] // (K // 32)
+    if "Q8" in tname:
+        raw[0].reshape(K // 32, bs)[:, bs - 32:] = np.array([-128], np.int8).view(np.uint8)  # every quant -128
+    x = _wq_act(tname, K, max(n_xs), rng)
+    ref = np.array([[_core.vec_dot(tid, raw[m], x[j], K) for m in range(M)] for j in range(max(n_xs))], F32)
+    assert np.isfinite(ref).all()
+    pw = _core.pack_weight(raw, tid, K, M)
+    np.testing.assert_array_equal(np.concatenate([pw.unpack(g) for g in range(pw.n_groups)]), raw)
+    for n_x in n_xs:
+        y = np.concatenate([pw.gemm(g, x[:n_x]) for g in range(pw.n_groups)], axis=1)[:, :M]
+        np.testing.assert_array_equal(y.view(np.uint32), ref[:n_x].view(np.uint32), err_msg=f"n_x={n_x}")
+    if pw.gemm_groups() > 1:
+        assert_calls_of_several_groups(pw, x, ref, R, M, n_xs, f"{tname} K={K}")
+
+
 # ---- models ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

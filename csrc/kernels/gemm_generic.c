@@ -25,7 +25,7 @@
 /* ---- 32-element block types: layout ------------------------------------------------------------ */
 
 /* byte offsets of a plain GGUF block's fields (d is always at 0) */
-static int q32_off_m(int type) { return (type == LLMRT_TYPE_Q4_1 || type == LLMRT_TYPE_Q5_1) ? 2 : -1; }
+static int q32_off_m(int type) { return q32_nsc(type) == 2 ? 2 : -1; }
 static int q32_off_qh(int type) { return type == LLMRT_TYPE_Q5_0 ? 2 : type == LLMRT_TYPE_Q5_1 ? 4 : -1; }
 static int q32_off_qs(int type) {
     switch (type) {
@@ -33,6 +33,7 @@ static int q32_off_qs(int type) {
     case LLMRT_TYPE_Q4_1: return 4;
     case LLMRT_TYPE_Q5_0: return 6;
     case LLMRT_TYPE_Q5_1: return 8;
+    case LLMRT_TYPE_WQ_Q8A: return 4;
     default: return 2; /* Q8_0, IQ4_NL */
     }
 }
@@ -73,7 +74,7 @@ static inline void pack_q32(int type, const void *src, size_t src_row_bytes, int
                 for (int j = 0; j < 8; j++) dh[j] |= (uint8_t)(nib[j] << sh);
             }
             const uint8_t *bq = b + off_qs;
-            if (type == LLMRT_TYPE_Q8_0) {
+            if (q32_qsb(type) == 32) {
                 memcpy(qs + (size_t)ib * Q32_R * 32 + 32 * r, bq, 32);
             } else {
                 /* element i < 16 is the low nibble of bq[i], element 16 + i its high nibble */
@@ -107,7 +108,7 @@ static void unpack_q32(int type, int64_t K, const void *group, int rows, void *d
                 memcpy(b + q32_off_qh(type), &h, 4);
             }
             uint8_t *bq = b + q32_off_qs(type);
-            if (type == LLMRT_TYPE_Q8_0) {
+            if (q32_qsb(type) == 32) {
                 memcpy(bq, qs + (size_t)ib * Q32_R * 32 + 32 * r, 32);
             } else {
                 const uint8_t *p = qs + (size_t)ib * Q32_R * 16 + 32 * (r / 2);
@@ -132,14 +133,15 @@ Q32_LAYOUT(Q5_0, q5_0)
 Q32_LAYOUT(Q5_1, q5_1)
 Q32_LAYOUT(Q8_0, q8_0)
 Q32_LAYOUT(IQ4_NL, iq4_nl)
+Q32_LAYOUT(WQ_Q8A, q8a)
 
 /* ---- 32-element block types: portable gemm ------------------------------------------------------ */
 
-/* quant of element i (0..31) of row r in block ib: Q8_0 signed, Q4/Q5 unsigned 0..15 / 0..31,
+/* quant of element i (0..31) of row r in block ib: Q8_0 / WQ_Q8A signed, Q4/Q5 unsigned 0..15 / 0..31,
  * IQ4_NL its level kvalues_iq4nl[nibble] */
 static inline int q32_q(int type, const uint8_t *group, int64_t nb, int64_t ib, int r, int i) {
     const uint8_t *qs = group + q32_qs_off(type, nb);
-    if (type == LLMRT_TYPE_Q8_0) return (int8_t)qs[ib * Q32_R * 32 + 32 * r + i];
+    if (q32_qsb(type) == 32) return (int8_t)qs[ib * Q32_R * 32 + 32 * r + i];
     const uint8_t byte = qs[ib * Q32_R * 16 + 32 * (r / 2) + i];
     int q = (r % 2 ? byte >> 4 : byte) & 0x0f;
     if (q32_has_qh(type)) {
@@ -175,6 +177,9 @@ static inline float dot_q32_generic(int type, const uint8_t *group, int64_t nb, 
         case LLMRT_TYPE_Q4_0: sumf += (float)sumi * xd * FP16(yd); break;
         case LLMRT_TYPE_Q5_0: sumf += (xd * FP16(yd)) * (float)sumi; break;
         case LLMRT_TYPE_IQ4_NL: sumf += (FP16(yd) * xd) * (float)sumi; break;
+        case LLMRT_TYPE_WQ_Q8A: /* wq_generic.c's expression */
+            sumf += xd * FP16(yd) * (float)sumi + (FP16(q32_sc(type, group, nb, ib, 1, r)) + 128.0f * xd) * FP16(ys);
+            break;
         default: /* Q4_1, Q5_1 */
             sumf += (xd * FP16(yd)) * (float)sumi + FP16(q32_sc(type, group, nb, ib, 1, r)) * FP16(ys);
             break;
@@ -202,17 +207,92 @@ Q32_GEMM(Q5_0, q5_0, q8_0)
 Q32_GEMM(Q5_1, q5_1, q8_1)
 Q32_GEMM(Q8_0, q8_0, q8_0)
 Q32_GEMM(IQ4_NL, iq4_nl, q8_0)
+Q32_GEMM(WQ_Q8A, q8a, q8_1)
+
+/* ---- WQ_<L>_F32 / _BF16: layout L's packed groups, f32 / bf16 activations ------------------------ */
+
+/* the block layout L of a private float-activation id (llmrt.h) */
+static int wqf_layout(int type) {
+    switch (type) {
+    case LLMRT_TYPE_WQ_Q4_0_F32: case LLMRT_TYPE_WQ_Q4_0_BF16: return LLMRT_TYPE_Q4_0;
+    case LLMRT_TYPE_WQ_Q4_1_F32: case LLMRT_TYPE_WQ_Q4_1_BF16: return LLMRT_TYPE_Q4_1;
+    case LLMRT_TYPE_WQ_Q8_0_F32: case LLMRT_TYPE_WQ_Q8_0_BF16: return LLMRT_TYPE_Q8_0;
+    case LLMRT_TYPE_WQ_Q8A_F32: case LLMRT_TYPE_WQ_Q8A_BF16: return LLMRT_TYPE_WQ_Q8A;
+    default: return -1;
+    }
+}
+
+/* one output, in wq_generic.c's order: each block dequantized (its deq_block expressions), then
+ * one f32 sum over the elements in order */
+static inline float dot_wqf_generic(int type, const uint8_t *group, int64_t nb, int r, const uint8_t *x) {
+    const int layout = wqf_layout(type);
+    const int bf16 = type >= LLMRT_TYPE_WQ_Q4_0_BF16;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const float d = FP16(q32_sc(layout, group, nb, ib, 0, r));
+        const float m = q32_nsc(layout) == 2 ? FP16(q32_sc(layout, group, nb, ib, 1, r)) : 0.0f;
+        float w[32];
+        for (int j = 0; j < 32; j++) {
+            const int q = q32_q(layout, group, nb, ib, r, j);
+            switch (layout) {
+            case LLMRT_TYPE_Q4_0: w[j] = (float)(q - 8) * d; break;
+            case LLMRT_TYPE_Q4_1: w[j] = (float)q * d + m; break;
+            case LLMRT_TYPE_Q8_0: w[j] = (float)q * d; break;
+            default: w[j] = (float)(q + 128) * d + m; break; /* WQ_Q8A */
+            }
+        }
+        for (int j = 0; j < 32; j++) {
+            float yj;
+            if (bf16) {
+                llmrt_bf16_t h;
+                memcpy(&h, x + ((size_t)ib * 32 + j) * 2, 2);
+                yj = llmrt_bf16_to_fp32(h);
+            } else {
+                memcpy(&yj, x + ((size_t)ib * 32 + j) * 4, 4);
+            }
+            sum += w[j] * yj;
+        }
+    }
+    return sum;
+}
+
+static void gemm_wqf_generic(int type, int64_t K, const void *group, int n_rows, const void *x, size_t x_stride,
+                             int n_x, float *y, int64_t y_stride) {
+    for (int j = 0; j < n_x; j++) {
+        const uint8_t *xj = (const uint8_t *)x + (size_t)j * x_stride;
+        for (int r = 0; r < n_rows; r++) y[j * y_stride + r] = dot_wqf_generic(type, group, K / 32, r, xj);
+    }
+}
+
+#define WQF_GEMM(T, t)                                                                              \
+    static void gemm_##t##_generic(int64_t K, const void *group, int n_rows, const void *x,         \
+                                   size_t x_stride, int n_x, float *y, int64_t y_stride) {          \
+        gemm_wqf_generic(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);          \
+    }
+WQF_GEMM(WQ_Q4_0_F32, wq_q4_0_f32)
+WQF_GEMM(WQ_Q4_1_F32, wq_q4_1_f32)
+WQF_GEMM(WQ_Q8_0_F32, wq_q8_0_f32)
+WQF_GEMM(WQ_Q8A_F32, wq_q8a_f32)
+WQF_GEMM(WQ_Q4_0_BF16, wq_q4_0_bf16)
+WQF_GEMM(WQ_Q4_1_BF16, wq_q4_1_bf16)
+WQF_GEMM(WQ_Q8_0_BF16, wq_q8_0_bf16)
+WQF_GEMM(WQ_Q8A_BF16, wq_q8a_bf16)
 
 /* ---- whole tensors -------------------------------------------------------------------------- */
 
 int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes) {
     switch (type) {
     case LLMRT_TYPE_Q4_0: case LLMRT_TYPE_Q4_1: case LLMRT_TYPE_Q5_0: case LLMRT_TYPE_Q5_1:
-    case LLMRT_TYPE_Q8_0: case LLMRT_TYPE_IQ4_NL:
+    case LLMRT_TYPE_Q8_0: case LLMRT_TYPE_IQ4_NL: case LLMRT_TYPE_WQ_Q8A:
         if (K <= 0 || K % 32 != 0 || rows < 0 || rows > Q32_R) return LLMRT_EINVAL;
         unpack_q32(type, K, group, rows, dst, dst_row_bytes);
         return LLMRT_OK;
     default:
+        if (wqf_layout(type) >= 0) {
+            if (K <= 0 || K % 32 != 0 || rows < 0 || rows > Q32_R) return LLMRT_EINVAL;
+            unpack_q32(wqf_layout(type), K, group, rows, dst, dst_row_bytes);
+            return LLMRT_OK;
+        }
         return llmrt_unpack_group_k(type, K, group, rows, dst, dst_row_bytes); /* gemm_k_generic.c */
     }
 }
@@ -456,12 +536,26 @@ void llmrt_register_gemm_kernels_generic(llmrt_kernel_table *kt) {
     LAYOUT(Q5_1, q5_1);
     LAYOUT(Q8_0, q8_0);
     LAYOUT(IQ4_NL, iq4_nl);
+    LAYOUT(WQ_Q8A, q8a);
     REG(Q4_0, gemm_q4_0_q8_0_generic);
     REG(Q4_1, gemm_q4_1_q8_1_generic);
     REG(Q5_0, gemm_q5_0_q8_0_generic);
     REG(Q5_1, gemm_q5_1_q8_1_generic);
     REG(Q8_0, gemm_q8_0_q8_0_generic);
     REG(IQ4_NL, gemm_iq4_nl_q8_0_generic);
+    REG(WQ_Q8A, gemm_q8a_q8_1_generic);
+    /* the float-activation private ids keep their layout's groups */
+#define WQF(T, t, L) do { kt->pack_rows[LLMRT_TYPE_##T] = Q32_R; kt->pack_group_bytes[LLMRT_TYPE_##T] = pack_group_bytes_##L; \
+                          kt->pack[LLMRT_TYPE_##T] = pack_##L; REG(T, gemm_##t##_generic); } while (0)
+    WQF(WQ_Q4_0_F32, wq_q4_0_f32, q4_0);
+    WQF(WQ_Q4_1_F32, wq_q4_1_f32, q4_1);
+    WQF(WQ_Q8_0_F32, wq_q8_0_f32, q8_0);
+    WQF(WQ_Q8A_F32, wq_q8a_f32, q8a);
+    WQF(WQ_Q4_0_BF16, wq_q4_0_bf16, q4_0);
+    WQF(WQ_Q4_1_BF16, wq_q4_1_bf16, q4_1);
+    WQF(WQ_Q8_0_BF16, wq_q8_0_bf16, q8_0);
+    WQF(WQ_Q8A_BF16, wq_q8a_bf16, q8a);
+#undef WQF
 #undef LAYOUT
 #undef REG
 }

@@ -1,6 +1,7 @@
 /*
  * gemm_q32.h — the packed layout of the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * IQ4_NL: its block is Q4_0's, d and 16 bytes of nibbles, the nibble an index into kvalues_iq4nl),
+ * IQ4_NL: its block is Q4_0's, d and 16 bytes of nibbles, the nibble an index into kvalues_iq4nl;
+ * the llmrt-private WQ_Q8A: Q8_0's quants with Q4_1's d and m, x = q·d + (m + 128 d)),
  * shared by gemm_generic.c (pack, unpack, portable gemm) and the ISA gemm files. The same at every
  * ISA level (gemm.h).
  *
@@ -8,7 +9,7 @@
  * walked block by block, in the order a GEMV reads them (so the group streams front to back and
  * the hardware prefetchers follow; scales placed after the quants cost a memory stall per group):
  *
- *   sc  [nb][nsc][Q32_R] f16   d of rows 0..3, then (Q4_1 / Q5_1) m of rows 0..3: 8 or 16 bytes,
+ *   sc  [nb][nsc][Q32_R] f16   d of rows 0..3, then (Q4_1 / Q5_1 / WQ_Q8A) m of rows 0..3: 8 or 16 bytes,
  *                                one cvtph for the 4 rows; padded to 64 bytes;
  *   qh  [nb][Q32_R / 2][8]     Q5 only: the 5th bits of rows 2p and 2p + 1, 8 bytes per pair:
  *                                bit k of byte j = 5th bit of element 8k + j of row 2p, bit 4 + k
@@ -18,7 +19,7 @@
  *                                bit to bit 4 of its own byte: two shifts and an and per row, no
  *                                byte shuffle; padded to 64 bytes;
  *   qs  [nb][Q32_R * qsb]      quants, qsb = 32 bytes per row and block for Q8_0, 16 for the others:
- *                                Q8_0: row r's 32 int8 at ib * 128 + 32 * r (as in the GGUF block);
+ *                                Q8_0 / WQ_Q8A: row r's 32 int8 at ib * 128 + 32 * r (as in the block);
  *                                Q4/Q5/IQ4_NL: the low 4 bits of rows 2p and 2p + 1 share 32 bytes at
  *                                ib * 64 + 32 * p: byte i = q(2p, i) | q(2p + 1, i) << 4, i = element
  *                                0..31 of the block (GGUF keeps elements i and i + 16 in one byte),
@@ -37,11 +38,13 @@
 
 #define Q32_R 4 /* rows per group */
 
-static inline int q32_qsb(int type) { return type == LLMRT_TYPE_Q8_0 ? 32 : 16; }
-/* int8 weights as stored or looked up (Q8_0, IQ4_NL), the sign trick's operand; else unsigned quants */
-static inline int q32_signed(int type) { return type == LLMRT_TYPE_Q8_0 || type == LLMRT_TYPE_IQ4_NL; }
+static inline int q32_qsb(int type) { return (type == LLMRT_TYPE_Q8_0 || type == LLMRT_TYPE_WQ_Q8A) ? 32 : 16; }
+/* int8 weights as stored or looked up (Q8_0, WQ_Q8A, IQ4_NL), the sign trick's operand; else unsigned quants */
+static inline int q32_signed(int type) { return q32_qsb(type) == 32 || type == LLMRT_TYPE_IQ4_NL; }
 static inline int q32_has_qh(int type) { return type == LLMRT_TYPE_Q5_0 || type == LLMRT_TYPE_Q5_1; }
-static inline int q32_nsc(int type) { return (type == LLMRT_TYPE_Q4_1 || type == LLMRT_TYPE_Q5_1) ? 2 : 1; }
+static inline int q32_nsc(int type) {
+    return (type == LLMRT_TYPE_Q4_1 || type == LLMRT_TYPE_Q5_1 || type == LLMRT_TYPE_WQ_Q8A) ? 2 : 1;
+}
 
 static inline size_t q32_pad64(size_t n) { return (n + 63) & ~(size_t)63; }
 

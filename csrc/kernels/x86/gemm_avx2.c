@@ -17,6 +17,7 @@
  *     per token and block and subtracted from every row's maddubs(q, y) before the madd to i32
  *     lanes: the same exact integers as vec_dot's maddubs(q, y) - maddubs(off, y) (every i16
  *     value fits, nothing saturates).
+ * WQ_Q8A is Q8_0's quants with Q4_1's Σ m·s chain (m + 128 d, as wq_avx2.c's vec_dot).
  * IQ4_NL is Q8_0 once its nibbles are looked up (vpshufb of kvalues_iq4nl): the sign trick on the
  * int8 levels, as vec_dot_iq4_nl_q8_0_avx2 (d_y·d_x equals d_x·d_y).
  * n_x = 1 is the decode GEMV (a tile of one token streams the group once); n_x > 1 tiles tokens
@@ -72,12 +73,14 @@ static ALWAYS_INLINE void tile_store(const __m256 *acc, const int ld, const __m1
 }
 
 /* Block ib's scales of the group's 4 rows in f32 (sc region, gemm_q32.h): d, and for Q4_1 / Q5_1
- * (q8_1) m (else 0). */
-static ALWAYS_INLINE void group_scales(const int q8_1, const uint8_t *sc, const int64_t ib, __m128 *xd, __m128 *xm) {
+ * (q8_1) m (else 0); WQ_Q8A's m + 128 d (exact as wq_avx2.c's scalar: 128 d is exact, one rounding). */
+static ALWAYS_INLINE void group_scales(const int type, const int q8_1, const uint8_t *sc, const int64_t ib, __m128 *xd,
+                                       __m128 *xm) {
     if (q8_1) {
         const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + ib * 16)));
         *xd = _mm256_castps256_ps128(dm);
         *xm = _mm256_extractf128_ps(dm, 1);
+        if (type == LLMRT_TYPE_WQ_Q8A) *xm = _mm_fmadd_ps(_mm_set1_ps(128.0f), *xd, *xm);
     } else {
         *xd = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sc + ib * 8)));
         *xm = _mm_setzero_ps();
@@ -116,7 +119,7 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             if (pfs > 64) _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
         }
         __m128 xd, xm;
-        group_scales(q8_1, sc, ib, &xd, &xm);
+        group_scales(type, q8_1, sc, ib, &xd, &xm);
         _Alignas(16) float dp[4][4];                      /* [token][row] d_x·d_y */
         __m256i yq[4], yo[4];
         for (int j = 0; j < NT; j++) {
@@ -128,11 +131,11 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             yq[j] = loadu256(yb + yqo);
             if (off) yo[j] = _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), yq[j]); /* i16 pairs */
         }
-        if (q32_signed(type)) { /* Q8_0, IQ4_NL: the sign trick, as dot_i8_i8 */
+        if (q32_signed(type)) { /* Q8_0, WQ_Q8A, IQ4_NL: the sign trick, as dot_i8_i8 */
             __m256i wv[Q32_R];
             if (type == LLMRT_TYPE_IQ4_NL) q32_block_quants(type, nb, grp, ib, wv);
             for (int r = 0; r < Q32_R; r++) {
-                const __m256i w = type == LLMRT_TYPE_Q8_0 ? _mm256_load_si256((const __m256i *)(qs + ib * 128 + 32 * r)) : wv[r];
+                const __m256i w = q32_qsb(type) == 32 ? _mm256_load_si256((const __m256i *)(qs + ib * 128 + 32 * r)) : wv[r];
                 const __m256i aw = _mm256_sign_epi8(w, w);
                 for (int j = 0; j < NT; j++) {
                     const __m256i i32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(yq[j], w)), ones);
@@ -211,7 +214,7 @@ static ALWAYS_INLINE void tile_q32u(const int type, const int NT, const int64_t 
     }
     for (int64_t ib = 0; ib < nb; ib++) {
         __m128 xd, xm;
-        group_scales(q8_1, sc, ib, &xd, &xm);
+        group_scales(type, q8_1, sc, ib, &xd, &xm);
         const uint8_t *wb = wq + ib * 128;
         for (int j = 0; j < NT; j++) {
             const uint8_t *yb = x + (size_t)j * xs + (size_t)ib * ybs;
@@ -366,6 +369,7 @@ Q32_GEMM(Q5_0, q5_0, q8_0)
 Q32_GEMM(Q5_1, q5_1, q8_1)
 Q32_GEMM(Q8_0, q8_0, q8_0)
 Q32_GEMM(IQ4_NL, iq4_nl, q8_0)
+Q32_GEMM(WQ_Q8A, q8a, q8_1)
 
 #endif /* __x86_64__ */
 
@@ -378,6 +382,7 @@ void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt) {
     REG(Q5_1, gemm_q5_1_q8_1_avx2);
     REG(Q8_0, gemm_q8_0_q8_0_avx2);
     REG(IQ4_NL, gemm_iq4_nl_q8_0_avx2);
+    REG(WQ_Q8A, gemm_q8a_q8_1_avx2);
     /* two groups per call: the 8-row prefill tile (tile_q32x2) for the unsigned-quant types */
     kt->gemm_groups[LLMRT_TYPE_Q4_0] = kt->gemm_groups[LLMRT_TYPE_Q4_1] = 2;
     kt->gemm_groups[LLMRT_TYPE_Q5_0] = kt->gemm_groups[LLMRT_TYPE_Q5_1] = 2;

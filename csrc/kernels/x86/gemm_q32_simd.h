@@ -19,12 +19,12 @@ static inline __m256i q32_iq4nl_table(void) {
 }
 
 /* Block ib's quants of the group's 4 rows, one 32-byte vector per row (element order): Q4_0 / Q4_1
- * 0..15, Q5_0 / Q5_1 0..31 (5th bit included), Q8_0 the int8 values as stored, IQ4_NL the int8
+ * 0..15, Q5_0 / Q5_1 0..31 (5th bit included), Q8_0 / WQ_Q8A the int8 values as stored, IQ4_NL the int8
  * levels of its nibbles. */
 static inline void q32_block_quants(const int type, const int64_t nb, const uint8_t *grp, const int64_t ib,
                                     __m256i w[Q32_R]) {
     const uint8_t *qs = grp + q32_qs_off(type, nb);
-    if (type == LLMRT_TYPE_Q8_0) {
+    if (q32_qsb(type) == 32) { /* Q8_0, WQ_Q8A */
         for (int r = 0; r < Q32_R; r++) w[r] = _mm256_load_si256((const __m256i *)(qs + ib * 128 + 32 * r));
         return;
     }
@@ -60,6 +60,7 @@ GEMM_Q32_AVX2_PROTO(q5_0)
 GEMM_Q32_AVX2_PROTO(q5_1)
 GEMM_Q32_AVX2_PROTO(q8_0)
 GEMM_Q32_AVX2_PROTO(iq4_nl)
+GEMM_Q32_AVX2_PROTO(q8a)
 #undef GEMM_Q32_AVX2_PROTO
 
 #endif /* LLMRT_KERNELS_X86_GEMM_Q32_SIMD_H */
