@@ -177,6 +177,12 @@ static inline wvi w_dpbusd(wvi acc, wvi u, wvi s) {
     return r;
 }
 #endif
+/* the same on 256 bits (AVX512-VL + VNNI's ymm vpdpbusd), for kernels that keep AVX2's widths */
+#ifdef SIMDW_AVX512
+static inline __m256i w256_dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+#else
+static inline __m256i w256_dpbusd(__m256i acc, __m256i u, __m256i s) { return simdw_dpbusd_256(acc, u, s); }
+#endif
 #endif
 
 /* ---- float --------------------------------------------------------------------------------------- */
