@@ -171,7 +171,7 @@ static void vec_dot_q5_1_q8_1_avx2(int n, float *s, const void *vx, const void *
     for (int ib = 0; ib < nb; ib++) {
         uint32_t qh;
         memcpy(&qh, x[ib].qh, sizeof(qh));
-        summs += f16(x[ib].m) * f16(y[ib].s);
+        summs = fmaf(f16(x[ib].m), f16(y[ib].s), summs); /* fused, as Q4_1 (and the packed gemm) */
         const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
         const __m256i hi = _mm256_and_si256(expand_bits_32(qh), _mm256_set1_epi8(0x10));
         const __m256i qx = _mm256_or_si256(unpack_nibbles_32(x[ib].qs), hi);
