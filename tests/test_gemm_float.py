@@ -106,7 +106,7 @@ def test_real_equals_emulated(level, t, rng):
             assert bad.size == 0, f"{nr['gemm'][t.name]} k={k} {what}: {len(bad)} differ, first {tuple(bad[0])}"
 
 
-@pytest.mark.parametrize("k", (37, 1000, 2571))
+@pytest.mark.parametrize("k", (37, 1000, 2571, 8200))  # 8200: past the avx2 prefill's widening buffer
 @pytest.mark.parametrize("t", FLOATS, ids=lambda v: v.name)
 def test_several_groups_per_call(isa_level, t, k, rng):
     """gemm over up to gemm_groups() consecutive groups per call (4 for the float types from the
