@@ -582,14 +582,34 @@ static ALWAYS_INLINE void gemv_float_rows(int kind, int akind, int64_t n, const 
     }
 }
 
+/* n elements of an activation row widened (exactly) to f32 */
+static ALWAYS_INLINE void widen_row(int kind, const void *src, int64_t n, float *dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_ps(src, i, kind));
+    for (; i < n; i++) dst[i] = load1_ps(src, i, kind);
+}
+
 static ALWAYS_INLINE void gemv_float(int kind, int64_t n, const uint8_t *w, size_t row_bytes, int n_rows, const void *a,
                                      float *y) {
     if (kind != KIND_F32 && n <= GEMV_KBUF) { /* widen once (exact), for every row of the call */
         float abuf[GEMV_KBUF] __attribute__((aligned(32)));
-        for (int64_t i = 0; i + 8 <= n; i += 8) _mm256_store_ps(abuf + i, load8_ps(a, i, kind));
+        widen_row(kind, a, n, abuf);
         gemv_float_rows(kind, KIND_F32, n, w, row_bytes, n_rows, abuf, a, y);
     } else {
         gemv_float_rows(kind, kind, n, w, row_bytes, n_rows, a, a, y);
+    }
+}
+
+/* one FR x nt tile (nt = 1..3 tokens from t0, rows from r0 of the call) into y */
+static ALWAYS_INLINE void tile_float_to_y(int kind, int akind, int nt, int64_t K, const void *group, size_t row_bytes,
+                                          int r0, int n_rows, const void *const *a, int t0, float *y, int64_t y_stride) {
+    const uint8_t *w = (const uint8_t *)float_row(group, r0, row_bytes); /* FR rows of one group */
+    float out[FR][3];
+    if (nt == 3) tile_float(kind, akind, 3, K, w, row_bytes, a, out);
+    else if (nt == 2) tile_float(kind, akind, 2, K, w, row_bytes, a, out);
+    else tile_float(kind, akind, 1, K, w, row_bytes, a, out);
+    for (int r = 0; r < FR && r0 + r < n_rows; r++) {
+        for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * y_stride + r0 + r] = out[r][t];
     }
 }
 
@@ -608,40 +628,22 @@ static ALWAYS_INLINE void gemm_float(int kind, int64_t K, const void *group, int
         float abuf[3][GEMV_KBUF] __attribute__((aligned(32)));
         for (int t0 = 0; t0 < n_x; t0 += 3) {
             const int nt = n_x - t0 < 3 ? n_x - t0 : 3;
-            const void *a[3];
+            const void *a[3] = { 0, 0, 0 }; /* the first nt are set */
             for (int t = 0; t < nt; t++) {
-                const void *src = XROW(x, t0 + t, x_stride);
-                int64_t i = 0;
-                for (; i + 8 <= K; i += 8) _mm256_store_ps(abuf[t] + i, load8_ps(src, i, kind));
-                for (; i < K; i++) abuf[t][i] = load1_ps(src, i, kind);
+                widen_row(kind, XROW(x, t0 + t, x_stride), K, abuf[t]);
                 a[t] = abuf[t];
             }
-            for (int r0 = 0; r0 < n_rows; r0 += FR) { /* rows past n_rows are the group's zero padding */
-                const uint8_t *w = (const uint8_t *)float_row(group, r0, row_bytes); /* FR rows of one group */
-                float out[FR][3];
-                if (nt == 3) tile_float(kind, KIND_F32, 3, K, w, row_bytes, a, out);
-                else if (nt == 2) tile_float(kind, KIND_F32, 2, K, w, row_bytes, a, out);
-                else tile_float(kind, KIND_F32, 1, K, w, row_bytes, a, out);
-                for (int r = 0; r < FR && r0 + r < n_rows; r++) {
-                    for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * y_stride + r0 + r] = out[r][t];
-                }
-            }
+            for (int r0 = 0; r0 < n_rows; r0 += FR) /* rows past n_rows are the group's zero padding */
+                tile_float_to_y(kind, KIND_F32, nt, K, group, row_bytes, r0, n_rows, a, t0, y, y_stride);
         }
         return;
     }
     for (int r0 = 0; r0 < n_rows; r0 += FR) { /* rows past n_rows are the group's zero padding */
-        const uint8_t *w = (const uint8_t *)float_row(group, r0, row_bytes); /* FR rows of one group */
         for (int t0 = 0; t0 < n_x; t0 += 3) {
             const int nt = n_x - t0 < 3 ? n_x - t0 : 3;
-            const void *a[3];
+            const void *a[3] = { 0, 0, 0 }; /* the first nt are set */
             for (int t = 0; t < nt; t++) a[t] = XROW(x, t0 + t, x_stride);
-            float out[FR][3];
-            if (nt == 3) tile_float(kind, kind, 3, K, w, row_bytes, a, out);
-            else if (nt == 2) tile_float(kind, kind, 2, K, w, row_bytes, a, out);
-            else tile_float(kind, kind, 1, K, w, row_bytes, a, out);
-            for (int r = 0; r < FR && r0 + r < n_rows; r++) {
-                for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * y_stride + r0 + r] = out[r][t];
-            }
+            tile_float_to_y(kind, kind, nt, K, group, row_bytes, r0, n_rows, a, t0, y, y_stride);
         }
     }
 }
