@@ -21,6 +21,7 @@
 #include "llmrt/gemm.h"
 
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -96,6 +97,9 @@ static const char *op_names[LLMRT_OP_COUNT] = {
     [LLMRT_OP_SOFTCAP] = "softcap",
     [LLMRT_OP_GET_ROWS_F32] = "get_rows_f32",
     [LLMRT_OP_KV_STORE_PRE] = "kv_store_pre",
+    [LLMRT_OP_MOE_ROUTE] = "moe_route",
+    [LLMRT_OP_MUL_MAT_ID] = "mul_mat_id",
+    [LLMRT_OP_MOE_SUM] = "moe_sum",
 };
 
 const char *llmrt_op_name(int op) {
@@ -243,8 +247,12 @@ int llmrt_graph_weight_packed(llmrt_graph *g, int w, const llmrt_packed *p) {
     /* allowed before or after build: packed data is not arena, so the plan does not change */
     if (w < 0 || w >= g->n_tensors || p == NULL || p->data == NULL) return LLMRT_EINVAL;
     llmrt_tensor *t = g->tensors[w];
-    if (t->op != LLMRT_OP_NONE || t->n_dims != 2 || p->type != t->type || p->K != t->ne[0]
-        || p->M != t->ne[1]) {
+    if (t->op != LLMRT_OP_NONE || p->type != t->type || p->K != t->ne[0]) return LLMRT_EINVAL;
+    if (t->n_dims <= 2) {
+        if (p->M != t->ne[1]) return LLMRT_EINVAL;
+    } else if (t->n_dims == 3) {      /* experts: whole groups per expert */
+        if (p->M != t->ne[1] * t->ne[2] || p->R < 1 || t->ne[1] % p->R != 0) return LLMRT_EINVAL;
+    } else {
         return LLMRT_EINVAL;
     }
     t->packed = p;
@@ -254,7 +262,12 @@ int llmrt_graph_weight_packed(llmrt_graph *g, int w, const llmrt_packed *p) {
 int llmrt_graph_weight_amx(llmrt_graph *g, int w, const llmrt_amx_packed *p) {
     if (w < 0 || w >= g->n_tensors || p == NULL || p->data == NULL) return LLMRT_EINVAL;
     llmrt_tensor *t = g->tensors[w];
-    if (t->op != LLMRT_OP_NONE || t->n_dims != 2 || p->wtype != t->type || p->K != t->ne[0] || p->M != t->ne[1]) {
+    if (t->op != LLMRT_OP_NONE || p->wtype != t->type || p->K != t->ne[0]) return LLMRT_EINVAL;
+    if (t->n_dims <= 2) {
+        if (p->M != t->ne[1]) return LLMRT_EINVAL;
+    } else if (t->n_dims == 3) {      /* experts: each expert's rows start on a row step */
+        if (p->M != t->ne[1] * t->ne[2] || t->ne[1] % LLMRT_AMX_ROW_STEP != 0) return LLMRT_EINVAL;
+    } else {
         return LLMRT_EINVAL;
     }
     t->amx = p;
@@ -357,36 +370,43 @@ int llmrt_graph_softcap(llmrt_graph *g, int x, float cap) {
     return unary(g, LLMRT_OP_SOFTCAP, x, cap);
 }
 
+/* The hidden QUANTIZE node converting x to type vt (an existing one of the same x is reused:
+ * q/k/v, gate/up), or x itself for F32. NULL on ENOMEM. */
+static llmrt_tensor *quantized_input(llmrt_graph *g, llmrt_tensor *x, int vt) {
+    if (vt == LLMRT_TYPE_F32) return x;
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
+        llmrt_tensor *nd = g->nodes[i];
+        if (nd->op == LLMRT_OP_QUANTIZE && nd->src[0] == x && nd->type == vt) return nd;
+    }
+    llmrt_tensor *xin = new_act_like(g, LLMRT_OP_QUANTIZE, x, 0, vt);
+    if (xin != NULL) xin->src[0] = x;
+    return xin;
+}
+
+/* What a matmul by w reads of x: x in w's vec_dot_type (checked to exist), into *xin. */
+static int matmul_input(llmrt_graph *g, const llmrt_tensor *w, llmrt_tensor *x, llmrt_tensor **xin) {
+    const llmrt_kernel_table *kt = llmrt_kernels();
+    const int vt = llmrt_type_traits_get(w->type)->vec_dot_type;
+    if (kt->vec_dot[w->type] == NULL || vt < 0) return LLMRT_EUNSUPPORTED;
+    if (vt != LLMRT_TYPE_F32) { /* F32 weights and the private WQ_*_F32 types take x as is */
+        if (kt->quant_row[vt] == NULL && vt != LLMRT_TYPE_F16 && vt != LLMRT_TYPE_BF16) {
+            return LLMRT_EUNSUPPORTED;
+        }
+        if (x->ne[0] % llmrt_type_traits_get(vt)->blck_size != 0) return LLMRT_EINVAL;
+    }
+    *xin = quantized_input(g, x, vt);
+    return *xin != NULL ? LLMRT_OK : LLMRT_ENOMEM;
+}
+
 int llmrt_graph_mul_mat(llmrt_graph *g, int w_id, int x_id) {
     CHECK_BUILDING(g);
     llmrt_tensor *w = get(g, w_id), *x = get(g, x_id);
     if (w == NULL || is_act(w) || w->ne[2] != 1 || w->ne[3] != 1) return LLMRT_EINVAL;
     if (!is_f32_act(x) || x->ne[0] != w->ne[0]) return LLMRT_EINVAL;
     if (w->ne[0] > INT_MAX) return LLMRT_EINVAL;
-    const llmrt_kernel_table *kt = llmrt_kernels();
-    const int vt = llmrt_type_traits_get(w->type)->vec_dot_type;
-    if (kt->vec_dot[w->type] == NULL || vt < 0) return LLMRT_EUNSUPPORTED;
-    llmrt_tensor *xin = x;
-    if (vt != LLMRT_TYPE_F32) { /* F32 weights and the private WQ_*_F32 types take x as is */
-        if (kt->quant_row[vt] == NULL && vt != LLMRT_TYPE_F16 && vt != LLMRT_TYPE_BF16) {
-            return LLMRT_EUNSUPPORTED;
-        }
-        if (x->ne[0] % llmrt_type_traits_get(vt)->blck_size != 0) return LLMRT_EINVAL;
-        /* Reuse a conversion of the same x to the same type (q/k/v, gate/up projections). */
-        xin = NULL;
-        for (int i = g->n_nodes - 1; i >= 0; i--) {
-            llmrt_tensor *nd = g->nodes[i];
-            if (nd->op == LLMRT_OP_QUANTIZE && nd->src[0] == x && nd->type == vt) {
-                xin = nd;
-                break;
-            }
-        }
-        if (xin == NULL) {
-            xin = new_act_like(g, LLMRT_OP_QUANTIZE, x, 0, vt);
-            if (xin == NULL) return LLMRT_ENOMEM;
-            xin->src[0] = x;
-        }
-    }
+    llmrt_tensor *xin = NULL;
+    const int rc = matmul_input(g, w, x, &xin);
+    if (rc != LLMRT_OK) return rc;
     llmrt_tensor *t = new_act_like(g, LLMRT_OP_MUL_MAT, x, w->ne[1], LLMRT_TYPE_F32);
     if (t == NULL) return LLMRT_ENOMEM;
     t->src[0] = w;
@@ -518,6 +538,89 @@ int llmrt_graph_get_rows_f32(llmrt_graph *g, int x_id, int rows_id) {
     return t->id;
 }
 
+int llmrt_graph_moe_route(llmrt_graph *g, int logits_id, int bias_id, int k, int gating, int norm,
+                          float scale) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *lg = get(g, logits_id);
+    llmrt_tensor *bias = bias_id >= 0 ? get(g, bias_id) : NULL;
+    if (!is_f32_act(lg) || lg->n_dims != 2) return LLMRT_EINVAL;
+    if (k < 1 || k > lg->ne[0] || (gating != LLMRT_MOE_GATING_SOFTMAX && gating != LLMRT_MOE_GATING_SIGMOID)) {
+        return LLMRT_EINVAL;
+    }
+    if (bias_id >= 0 && (bias == NULL || is_act(bias) || bias->type != LLMRT_TYPE_F32 ||
+                         bias->ne[0] != lg->ne[0] || bias->ne[1] * bias->ne[2] * bias->ne[3] != 1)) {
+        return LLMRT_EINVAL;
+    }
+    if (!isfinite(scale)) return LLMRT_EINVAL;
+    llmrt_tensor *t = new_act_like(g, LLMRT_OP_MOE_ROUTE, lg, 2 * (int64_t)k, LLMRT_TYPE_F32);
+    if (t == NULL) return LLMRT_ENOMEM;
+    t->src[0] = lg;
+    t->src[1] = bias;
+    t->op_params[0] = k;
+    t->op_params[1] = gating;
+    t->op_params[2] = norm != 0;
+    llmrt_set_op_param_f32(t, 3, scale);
+    return t->id;
+}
+
+int llmrt_graph_mul_mat_id(llmrt_graph *g, int w_id, int x_id, int route_id, int up_id, int act) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *w = get(g, w_id), *x = get(g, x_id), *route = get(g, route_id);
+    llmrt_tensor *up = up_id >= 0 ? get(g, up_id) : NULL;
+    if (w == NULL || is_act(w) || w->n_dims != 3 || w->ne[0] > INT_MAX) return LLMRT_EINVAL;
+    if (route == NULL || route->op != LLMRT_OP_MOE_ROUTE || route->src[0]->ne[0] != w->ne[2]) {
+        return LLMRT_EINVAL;
+    }
+    const int64_t k = route->op_params[0];
+    if (!is_f32_act(x) || x->ne[0] != w->ne[0] || x->tok_kind != route->tok_kind) return LLMRT_EINVAL;
+    if (!(x->n_dims == 2 || (x->n_dims == 3 && x->ne[1] == k))) return LLMRT_EINVAL;
+    if (up_id >= 0) {
+        if (up == NULL || is_act(up) || up->type != w->type || up->n_dims != 3) return LLMRT_EINVAL;
+        for (int d = 0; d < 3; d++) {
+            if (up->ne[d] != w->ne[d]) return LLMRT_EINVAL;
+        }
+        if (act != LLMRT_GLU_SILU && act != LLMRT_GLU_GELU) return LLMRT_EINVAL;
+    } else if (act != -1) {
+        return LLMRT_EINVAL;
+    }
+    llmrt_tensor *xin = NULL;
+    const int rc = matmul_input(g, w, x, &xin);
+    if (rc != LLMRT_OK) return rc;
+    const int64_t ne[3] = { w->ne[1], k, x->tok_cap };
+    llmrt_tensor *t = new_tensor(g, LLMRT_TYPE_F32, LLMRT_OP_MUL_MAT_ID, 3, ne, x->tok_kind);
+    if (t == NULL || push_node(g, t) != LLMRT_OK) return LLMRT_ENOMEM;
+    t->src[0] = w;
+    t->src[1] = xin;
+    t->src[2] = route;
+    t->src[3] = up;
+    t->op_params[0] = act;
+    return t->id;
+}
+
+int llmrt_graph_moe_sum(llmrt_graph *g, int x_id, int route_id, int shared_id, int sgate_id) {
+    CHECK_BUILDING(g);
+    llmrt_tensor *x = get(g, x_id), *route = get(g, route_id);
+    llmrt_tensor *sh = shared_id >= 0 ? get(g, shared_id) : NULL;
+    llmrt_tensor *sg = sgate_id >= 0 ? get(g, sgate_id) : NULL;
+    if (!is_f32_act(x) || x->n_dims != 3 || route == NULL || route->op != LLMRT_OP_MOE_ROUTE) return LLMRT_EINVAL;
+    if (x->ne[1] != route->op_params[0] || x->tok_kind != route->tok_kind) return LLMRT_EINVAL;
+    if ((shared_id >= 0) != (sgate_id >= 0)) return LLMRT_EINVAL;
+    if (shared_id >= 0) {
+        if (!is_f32_act(sh) || sh->n_dims != 2 || sh->ne[0] != x->ne[0] || sh->tok_kind != x->tok_kind) {
+            return LLMRT_EINVAL;
+        }
+        if (!is_f32_act(sg) || sg->n_dims != 2 || sg->ne[0] != 1 || sg->tok_kind != x->tok_kind) return LLMRT_EINVAL;
+    }
+    const int64_t ne[2] = { x->ne[0], x->tok_cap };
+    llmrt_tensor *t = new_tensor(g, LLMRT_TYPE_F32, LLMRT_OP_MOE_SUM, 2, ne, x->tok_kind);
+    if (t == NULL || push_node(g, t) != LLMRT_OK) return LLMRT_ENOMEM;
+    t->src[0] = x;
+    t->src[1] = route;
+    t->src[2] = sh;
+    t->src[3] = sg;
+    return t->id;
+}
+
 int llmrt_graph_set_output(llmrt_graph *g, int y_id) {
     CHECK_BUILDING(g);
     llmrt_tensor *y = get(g, y_id);
@@ -616,6 +719,8 @@ static size_t op_wsize(const llmrt_tensor *t) {
     case LLMRT_OP_ROPE: return llmrt_rope_wsize(t);
     case LLMRT_OP_ATTENTION: return llmrt_attention_wsize(t);
     case LLMRT_OP_MUL_MAT: return llmrt_mul_mat_wsize(t);
+    case LLMRT_OP_MOE_ROUTE: return llmrt_moe_route_wsize(t);
+    case LLMRT_OP_MUL_MAT_ID: return llmrt_mul_mat_id_wsize(t);
     default: return 0;
     }
 }
@@ -801,6 +906,8 @@ static int64_t nelements(const llmrt_tensor *t) {
 static int64_t node_work(const llmrt_tensor *t) {
     switch (t->op) {
     case LLMRT_OP_MUL_MAT: return t->src[0]->ne[0] * nelements(t);
+    case LLMRT_OP_MUL_MAT_ID: return t->src[0]->ne[0] * nelements(t) * (t->src[3] != NULL ? 2 : 1);
+    case LLMRT_OP_MOE_ROUTE: return 8 * nelements(t->src[0]);
     case LLMRT_OP_ATTENTION: return INT64_MAX; /* grows with the cache: always shared */
     case LLMRT_OP_KV_STORE: return nelements(t->src[0]) + nelements(t->src[1]);
     case LLMRT_OP_KV_STORE_PRE: return nelements(t->src[0]);
@@ -896,6 +1003,9 @@ static void compute_forward(const llmrt_compute_params *p, llmrt_tensor *t) {
     case LLMRT_OP_GLU: llmrt_compute_glu(p, t); break;
     case LLMRT_OP_GET_ROWS_F32: llmrt_compute_get_rows_f32(p, t); break;
     case LLMRT_OP_KV_STORE_PRE: llmrt_compute_kv_store_pre(p, t); break;
+    case LLMRT_OP_MOE_ROUTE: llmrt_compute_moe_route(p, t); break;
+    case LLMRT_OP_MUL_MAT_ID: llmrt_compute_mul_mat_id(p, t); break;
+    case LLMRT_OP_MOE_SUM: llmrt_compute_moe_sum(p, t); break;
     default: break; /* NONE, INPUT, RESHAPE: nothing to compute */
     }
 }

@@ -15,6 +15,8 @@ GIL around every call that can take time. Each concern has its own include file:
     amx.pxi     AMX tile layer (software model / real instructions) and AMX GEMMs, test hooks
     gguf.pxi    the GGUF reader's hot loop (arrays of strings)
 """
+import math
+
 import numpy as np
 cimport numpy as cnp
 

@@ -88,6 +88,9 @@ cdef extern from "llmrt/graph.h" nogil:
         LLMRT_OP_SOFTCAP
         LLMRT_OP_GET_ROWS_F32
         LLMRT_OP_KV_STORE_PRE
+        LLMRT_OP_MOE_ROUTE
+        LLMRT_OP_MUL_MAT_ID
+        LLMRT_OP_MOE_SUM
         LLMRT_OP_COUNT
     enum:
         LLMRT_TOK_NONE
@@ -100,6 +103,9 @@ cdef extern from "llmrt/graph.h" nogil:
     enum:
         LLMRT_GLU_SILU
         LLMRT_GLU_GELU
+    enum:
+        LLMRT_MOE_GATING_SOFTMAX
+        LLMRT_MOE_GATING_SIGMOID
     enum:
         LLMRT_ROPE_NORMAL
         LLMRT_ROPE_NEOX
@@ -118,7 +124,7 @@ cdef extern from "llmrt/graph.h" nogil:
         void *data
         const llmrt_packed *packed
         const void *amx
-        llmrt_tensor *src[3]
+        llmrt_tensor *src[4]
         llmrt_tensor *view_src
         int32_t op_params[16]
         int node
@@ -157,6 +163,10 @@ cdef extern from "llmrt/graph.h" nogil:
     int llmrt_graph_glu(llmrt_graph *g, int gate, int up, int act)
     int llmrt_graph_softcap(llmrt_graph *g, int x, float cap)
     int llmrt_graph_get_rows_f32(llmrt_graph *g, int x, int rows)
+    int llmrt_graph_moe_route(llmrt_graph *g, int logits, int bias, int k, int gating, int norm,
+                              float scale)
+    int llmrt_graph_mul_mat_id(llmrt_graph *g, int w, int x, int route, int up, int act)
+    int llmrt_graph_moe_sum(llmrt_graph *g, int x, int route, int shared, int shared_gate)
     int llmrt_graph_set_output(llmrt_graph *g, int y)
     int llmrt_graph_build(llmrt_graph *g)
     int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *inp, llmrt_kv_cache *cache,

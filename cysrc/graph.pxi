@@ -16,6 +16,7 @@ _T_BF16 = 30
 
 _ROPE_MODES = (0, 2)
 _GLU_ACTS = {"silu": LLMRT_GLU_SILU, "gelu": LLMRT_GLU_GELU}
+_MOE_GATING = {"softmax": LLMRT_MOE_GATING_SOFTMAX, "sigmoid": LLMRT_MOE_GATING_SIGMOID}
 
 
 cdef class Graph
@@ -576,12 +577,13 @@ cdef class Graph:
     cdef _attach_amx(self, int wid, const llmrt_tensor *tw):
         """An AMX tile-layout copy of weight tw (once per model, like _attach_packed), used by
         MUL_MAT for prefill while the AMX path is on (amx_set_matmul)."""
-        key = (<uintptr_t>tw.data, tw.type, tw.ne[0], tw.ne[1], 1)   # 1: the AMX copy
+        cdef int64_t M = tw.ne[1] * tw.ne[2]                    # experts: all their rows
+        key = (<uintptr_t>tw.data, tw.type, tw.ne[0], M, 1)      # 1: the AMX copy
         pw = self._packs.get(key)
         if pw is None:
             pw = AmxPackedWeight()
             nb1 = llmrt_row_size(tw.type, tw.ne[0])
-            (<AmxPackedWeight>pw)._pack(tw.data, tw.type, tw.ne[0], tw.ne[1], nb1)
+            (<AmxPackedWeight>pw)._pack(tw.data, tw.type, tw.ne[0], M, nb1)
             self._packs[key] = pw
         rc = llmrt_graph_weight_amx(self.g, wid, <const void *>(<AmxPackedWeight>pw).ptr())
         if rc != LLMRT_OK:
@@ -590,17 +592,119 @@ cdef class Graph:
 
     cdef _attach_packed(self, int wid, const llmrt_tensor *tw):
         """Repacks weight tw once (or reuses the copy another graph over the same memory made)
-        and lets MUL_MAT read it with the kernel table's gemm."""
-        key = (<uintptr_t>tw.data, tw.type, tw.ne[0], tw.ne[1])
+        and lets MUL_MAT read it with the kernel table's gemm. An expert weight [K, M, n_expert]
+        is packed as its M * n_expert rows (MUL_MAT_ID)."""
+        cdef int64_t M = tw.ne[1] * tw.ne[2]
+        key = (<uintptr_t>tw.data, tw.type, tw.ne[0], M)
         pw = self._packs.get(key)
         if pw is None:
             pw = PackedWeight()
-            (<PackedWeight>pw)._pack(tw.data, tw.type, tw.ne[0], tw.ne[1], self.pool.tp)
+            (<PackedWeight>pw)._pack(tw.data, tw.type, tw.ne[0], M, self.pool.tp)
             self._packs[key] = pw
         rc = llmrt_graph_weight_packed(self.g, wid, (<PackedWeight>pw).ptr())
         if rc != LLMRT_OK:
             raise ValueError(f"[mul_mat] could not attach the packed weight ({rc})")
         self._keep.append(pw)
+
+    # ---- mixture of experts (csrc/ops/moe.c) ---------------------------------------------
+
+    def moe_route(self, logits, int k, gating="softmax", bint norm=True, float scale=1.0, bias=None):
+        """Router logits f32 [n_expert, n] -> [2k, n]: per token the k chosen experts' weights,
+        then their ids (exact floats). gating "softmax" | "sigmoid"; norm: weights renormalised
+        to sum 1; scale multiplies them; bias: an F32 weight [n_expert] added for the choice only."""
+        self._building("moe_route")
+        cdef const llmrt_tensor *tl = self._act(logits, "moe_route", "logits")
+        if tl.n_dims != 2:
+            raise ValueError(f"[moe_route] logits must be [n_expert, n], got ne={logits.ne}")
+        if not 1 <= k <= tl.ne[0]:
+            raise ValueError(f"[moe_route] k ({k}) must be in [1, n_expert = {tl.ne[0]}]")
+        if gating not in _MOE_GATING:
+            raise ValueError(f"[moe_route] gating must be 'softmax' or 'sigmoid', got {gating!r}")
+        if not math.isfinite(scale):
+            raise ValueError(f"[moe_route] scale must be finite, got {scale}")
+        cdef int bias_id = -1
+        cdef const llmrt_tensor *tb
+        if bias is not None:
+            tb = self._weight(bias, "moe_route", "bias")
+            if tb.type != _T_F32 or tb.ne[0] != tl.ne[0] or tb.ne[1] * tb.ne[2] * tb.ne[3] != 1:
+                raise ValueError(f"[moe_route] bias must be an F32 weight of n_expert ({tl.ne[0]}) "
+                                 f"values, got {bias!r}")
+            bias_id = bias.id
+        return self._new(llmrt_graph_moe_route(self.g, logits.id, bias_id, k, _MOE_GATING[gating],
+                                               norm, scale), "moe_route")
+
+    def mul_mat_id(self, w, x, route, up=None, act=None):
+        """Expert weights w [K, M, n_expert] times each token's chosen experts (route: a
+        moe_route tensor) -> f32 [M, k, n]. x is [K, n] (one row for every slot) or [K, k, n].
+        With up (same type and shape as w) and act "silu" | "gelu": act(w x) * (up x), fused."""
+        self._building("mul_mat_id")
+        cdef const llmrt_tensor *tw = self._weight(w, "mul_mat_id", "w")
+        cdef const llmrt_tensor *tx = self._act(x, "mul_mat_id", "x")
+        cdef const llmrt_tensor *tr = self._tensor(route, "mul_mat_id", "route")
+        cdef const llmrt_tensor *tu
+        if tw.n_dims != 3:
+            raise ValueError(f"[mul_mat_id] w must be 3-D [K, M, n_expert], got ne={w.ne}")
+        if tr.op != LLMRT_OP_MOE_ROUTE:
+            raise ValueError(f"[mul_mat_id] route must be a moe_route tensor, got {route!r}")
+        if tr.src[0].ne[0] != tw.ne[2]:
+            raise ValueError(f"[mul_mat_id] the router has {tr.src[0].ne[0]} experts, w has {tw.ne[2]}")
+        cdef int k = tr.op_params[0]
+        if tw.ne[0] != tx.ne[0]:
+            raise ValueError(f"[mul_mat_id] w.ne0 ({tw.ne[0]}) != x.ne0 ({tx.ne[0]})")
+        if not (tx.n_dims == 2 or (tx.n_dims == 3 and tx.ne[1] == k)):
+            raise ValueError(f"[mul_mat_id] x must be [K, n] or [K, k={k}, n], got ne={x.ne}")
+        if tx.tok_kind != tr.tok_kind:
+            raise ValueError("[mul_mat_id] x and route must have the same token rows")
+        cdef int up_id = -1
+        cdef int act_id = -1
+        if up is not None:
+            tu = self._weight(up, "mul_mat_id", "up")
+            if tu.type != tw.type or up.ne != w.ne:
+                raise ValueError(f"[mul_mat_id] up ({up!r}) must have w's type and shape ({w!r})")
+            if act not in _GLU_ACTS:
+                raise ValueError(f"[mul_mat_id] act must be 'silu' or 'gelu' with up, got {act!r}")
+            up_id, act_id = up.id, _GLU_ACTS[act]
+        elif act is not None:
+            raise ValueError("[mul_mat_id] act needs up (the fused gate/up form)")
+        cdef const llmrt_kernel_table *kt = llmrt_kernels()
+        if kt.vec_dot[tw.type] == NULL:
+            raise RuntimeError(f"[mul_mat_id] no vec_dot kernel for {w.type_name} weights")
+        t = self._new(llmrt_graph_mul_mat_id(self.g, w.id, x.id, route.id, up_id, act_id), "mul_mat_id")
+        cdef int R = kt.pack_rows[tw.type]
+        cdef const llmrt_tensor *th
+        for h in ((w, up) if up is not None else (w,)):
+            th = llmrt_graph_tensor(self.g, h.id)
+            if self.pack and R > 0 and tw.ne[1] % R == 0 and th.packed == NULL:
+                self._attach_packed(h.id, th)
+            if self.pack and th.amx == NULL and tw.ne[1] % 32 == 0 and _amx_wanted(tw.type, tw.ne[0]):
+                self._attach_amx(h.id, th)
+        return t
+
+    def moe_sum(self, x, route, shared=None, shared_gate=None):
+        """Σ_s weight_s * x[:, s, t] over a token's k experts (x [M, k, n] from mul_mat_id) ->
+        [M, n], + sigmoid(shared_gate) * shared (shared [M, n], shared_gate [1, n]) if given."""
+        self._building("moe_sum")
+        cdef const llmrt_tensor *tx = self._act(x, "moe_sum", "x")
+        cdef const llmrt_tensor *tr = self._tensor(route, "moe_sum", "route")
+        if tr.op != LLMRT_OP_MOE_ROUTE:
+            raise ValueError(f"[moe_sum] route must be a moe_route tensor, got {route!r}")
+        if tx.n_dims != 3 or tx.ne[1] != tr.op_params[0] or tx.tok_kind != tr.tok_kind:
+            raise ValueError(f"[moe_sum] x must be [M, k={tr.op_params[0]}, n], got ne={x.ne}")
+        cdef int sh_id = -1
+        cdef int sg_id = -1
+        cdef const llmrt_tensor *ts
+        cdef const llmrt_tensor *tg
+        if (shared is None) != (shared_gate is None):
+            raise ValueError("[moe_sum] shared and shared_gate go together")
+        if shared is not None:
+            ts = self._act(shared, "moe_sum", "shared")
+            tg = self._act(shared_gate, "moe_sum", "shared_gate")
+            if ts.n_dims != 2 or ts.ne[0] != tx.ne[0] or ts.tok_kind != tx.tok_kind:
+                raise ValueError(f"[moe_sum] shared must be [{tx.ne[0]}, n], got ne={shared.ne}")
+            if tg.n_dims != 2 or tg.ne[0] != 1 or tg.tok_kind != tx.tok_kind:
+                raise ValueError(f"[moe_sum] shared_gate must be [1, n], got ne={shared_gate.ne}")
+            sh_id, sg_id = shared.id, shared_gate.id
+        return self._new(llmrt_graph_moe_sum(self.g, x.id, route.id, sh_id, sg_id), "moe_sum")
 
     def reshape(self, x, ne):
         """A view of x with per-token shape ne (ggml order); the token dim stays last. ne may
@@ -905,7 +1009,8 @@ cdef class Graph:
             t = llmrt_graph_tensor(self.g, i)
             if t == NULL or t.node < 0 or t.node >= n:
                 continue
-            wt = t.src[0].type if t.op == LLMRT_OP_MUL_MAT and t.src[0] != NULL else -1
+            wt = (t.src[0].type if (t.op == LLMRT_OP_MUL_MAT or t.op == LLMRT_OP_MUL_MAT_ID)
+                  and t.src[0] != NULL else -1)
             rows.append((t.node, llmrt_op_name(t.op).decode(), wt, int(ns[t.node]), int(wait[t.node])))
         rows.sort()
         return int(runs), rows

@@ -9,7 +9,8 @@ Each test runs once to warm up (graphs built, pages touched), then `reps` timed 
 mean +- the sample standard deviation over the repetitions.
 
 The bandwidth bound of decoding: every generated token reads every matmul weight once (the
-output matrix included, the embedding table only for one row), so tokens/s can not exceed
+output matrix included, the embedding table only for one row; of a MoE model's experts only the
+expert_used_count it chose), so tokens/s can not exceed
 bandwidth / weight_bytes_per_token. `bandwidth_bound()` measures the read bandwidth with the
 same thread count (csrc/membw.c) and reports that bound; tg / bound is the fraction of it reached.
 
@@ -48,13 +49,20 @@ class BenchResult:
 def weight_bytes_per_token(model) -> int:
     """Bytes of weights one decoded token reads: every tensor that feeds a matmul (2-D and not
     the embedding table), plus the output matrix (the embedding table when the output is tied);
-    norms and biases (1-D) are counted too, they are read as well."""
+    norms and biases (1-D) are counted too, they are read as well. Experts (a MoE model's
+    `*_exps` tensors, or an old file's per-expert ones) count for expert_used_count /
+    expert_count of their bytes: a token reads only the experts it chose."""
+    from llmrt.gguf import is_expert_tensor
+
     tensors = model.gguf.tensors
     replaced = getattr(model, "_replaced", None) or {}     # weights quantized at load
+    hp = model.hparams
+    frac = hp.n_expert_used / hp.n_expert if getattr(hp, "n_expert", 0) else 1.0
 
     def nbytes(name):
         r = replaced.get(name)
-        return int(r[0].nbytes) if r is not None else int(tensors[name].nbytes)
+        b = int(r[0].nbytes) if r is not None else int(tensors[name].nbytes)
+        return b * frac if is_expert_tensor(name) else b
 
     total = sum(nbytes(name) for name in tensors if name != "token_embd.weight")
     if "output.weight" not in tensors and "token_embd.weight" in tensors:
@@ -70,8 +78,8 @@ def _stats(samples: List[float]):
 
 def profile_rows(graphs) -> List[dict]:
     """The profiles of `graphs` (llmrt._core.Graph, profiling on) summed per (op, weight type):
-    [{"op", "type", "nodes", "ms_per_run", "wait_ms_per_run"}], largest first. mul_mat rows
-    name their weight type (e.g. "mul_mat Q5_0"); "barrier wait" is the part of ms spent waiting
+    [{"op", "type", "nodes", "ms_per_run", "wait_ms_per_run"}], largest first. mul_mat and
+    mul_mat_id (MoE experts) rows name their weight type (e.g. "mul_mat Q5_0"); "barrier wait" is the part of ms spent waiting
     for the other threads before the node."""
     from llmrt import _core
 

@@ -101,6 +101,11 @@ def info(model):
                + (f", file type {d['file_type']}" if d["file_type"] else ""))
     click.echo(f"  params: {d['n_params'] / 1e6:.1f} M ({d['n_params']}), "
                f"{d['bits_per_weight']:.2f} bits/weight")
+    ex = d.get("experts")
+    if ex:
+        shared = f"a shared expert (ffn {ex['shared_ffn']})" if ex["shared_ffn"] else "no shared expert"
+        click.echo(f"  experts: {ex['count']}, {ex['used']} used per token, {shared}; "
+                   f"{ex['active_params'] / 1e6:.1f} M params active per token")
     click.echo("  tensor types: " + ", ".join(f"{t} x{n}" for t, n in d["tensor_types"].items()))
     tok = d["tokenizer_model"] or "(none)"
     if d["tokenizer_pre"]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from typing import Any, Iterator
 
@@ -519,17 +520,37 @@ def load_gguf(path) -> GGUFFile:
     return GGUFFile(path)
 
 
+_SPLIT_EXPERT = re.compile(r"^blk\.\d+\.ffn_(gate|up|down)\.\d+\.weight$")   # old Mixtral files
+
+
+def is_expert_tensor(name: str) -> bool:
+    """A MoE expert weight: merged (`blk.N.ffn_*_exps.weight`) or an old file's per-expert
+    `blk.N.ffn_{gate,up,down}.E.weight` (a token reads only the experts it chose)."""
+    return "_exps." in name or _SPLIT_EXPERT.match(name) is not None
+
+
 def describe(f: GGUFFile) -> dict:
     """Summary of a model for `llmrt info`: plain Python values, printable as is."""
     arch = f.architecture
     type_counts: dict[str, int] = {}
     n_params = 0
     n_bytes = 0
+    prefix = f"{arch}." if arch else None
+    n_expert = f.get(prefix + "expert_count", 0) if prefix else 0
+    n_used = f.get(prefix + "expert_used_count", 0) if prefix else 0
+    n_active = 0.0    # parameters read per token: the experts count used / n_expert each
     for t in f.tensors.values():
         type_counts[t.type_name] = type_counts.get(t.type_name, 0) + 1
         n_params += t.n_elements
         n_bytes += t.nbytes
-    prefix = f"{arch}." if arch else None
+        expert = n_expert and is_expert_tensor(t.name)
+        n_active += t.n_elements * (n_used / n_expert if expert else 1)
+    experts = None
+    if n_expert:
+        shexp = f.tensors.get("blk.0.ffn_gate_shexp.weight")
+        experts = {"count": int(n_expert), "used": int(n_used),
+                   "shared_ffn": int(shexp.shape[1]) if shexp is not None else 0,
+                   "active_params": int(round(n_active))}
     hparams = {k[len(prefix):]: v for k, v in f.metadata.items()
                if prefix and k.startswith(prefix)}
     tokens = f.get("tokenizer.ggml.tokens")
@@ -548,6 +569,7 @@ def describe(f: GGUFFile) -> dict:
         "tensor_types": dict(sorted(type_counts.items(), key=lambda kv: -kv[1])),
         "n_tensors": len(f.tensors),
         "n_params": n_params,
+        "experts": experts,       # None for a dense model
         "tensor_bytes": n_bytes,
         "bits_per_weight": (8.0 * n_bytes / n_params) if n_params else 0.0,
         "file_size": f.file_size,

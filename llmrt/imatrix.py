@@ -48,15 +48,25 @@ class _W:
         self.name, self.t = name, t
 
 
+class _Stacked:
+    """A merged expert tensor made at load from an old file's per-expert tensors."""
+    __slots__ = ("data", "type", "shape")
+
+    def __init__(self, data, type_id, shape):
+        self.data = data.reshape(tuple(reversed(shape)))
+        self.type, self.shape = type_id, shape
+
+
 class _Weights:
-    def __init__(self, gguf):
+    def __init__(self, gguf, stacked=None):
         self.f = gguf
+        self.stacked = {n: _Stacked(*v) for n, v in (stacked or {}).items()}
 
     def has(self, name):
-        return name in self.f.tensors
+        return name in self.f.tensors or name in self.stacked
 
     def __call__(self, name):
-        t = self.f.tensors[name]
+        t = self.f.tensors[name] if name in self.f.tensors else self.stacked[name]
         if len(t.shape) == 1:
             return _rows_f32(t).reshape(-1)
         return _W(name, t)
@@ -123,6 +133,55 @@ class _Eager:
     def reshape(self, x, ne):
         return x.reshape((x.shape[0],) + tuple(reversed(ne)))
 
+    # mixture of experts (moe.c's ops); the route is (weights (n, k), ids (n, k))
+    def moe_route(self, logits, k, gating="softmax", norm=True, scale=1.0, bias=None):
+        lg = logits.astype(np.float64)
+        if gating == "softmax":
+            p = np.exp(lg - lg.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+        else:
+            p = 1.0 / (1.0 + np.exp(-lg))
+        sel = p + (np.asarray(bias, dtype=np.float64) if bias is not None else 0.0)
+        ids = np.argsort(-sel, axis=-1, kind="stable")[:, :k]
+        w = np.take_along_axis(p, ids, axis=-1)
+        if norm:
+            w /= np.maximum(w.sum(axis=-1, keepdims=True), 6.103515625e-5)
+        return (w * scale).astype(np.float32), ids
+
+    def mul_mat_id(self, w, x, route, up=None, act=None):
+        """Expert importance: E[a^2] of each expert's own tokens, {name: (n_expert, K)}."""
+        _, ids = route
+        n, k = ids.shape
+        data = _rows_f32(w.t)                                  # (E, M, K)
+        n_exp, m = data.shape[0], data.shape[1]
+        xs = x if x.ndim == 3 else np.broadcast_to(x[:, None, :], (n, k, x.shape[-1]))
+        out = np.zeros((n, k, m), dtype=np.float32)
+        dup = _rows_f32(up.t) if up is not None else None
+        sq = np.zeros((n_exp, xs.shape[-1]), dtype=np.float64)
+        cnt = np.zeros(n_exp, dtype=np.int64)
+        for e in np.unique(ids):
+            tok, slot = np.nonzero(ids == e)
+            xe = np.ascontiguousarray(xs[tok, slot], dtype=np.float32)
+            sq[e] += np.einsum("nk,nk->k", xe, xe, dtype=np.float64)
+            cnt[e] += len(tok)
+            y = xe @ data[e].T
+            if up is not None:
+                y = self.glu(y, xe @ dup[e].T, act)
+            out[tok, slot] = y
+        for name in (w.name,) + ((up.name,) if up is not None else ()):
+            self.sq[name] = sq if name not in self.sq else self.sq[name] + sq
+            self.count[name] = cnt if name not in self.count else self.count[name] + cnt
+        if self.bar is not None:
+            self.bar.update(1 if up is None else 2)
+        return out
+
+    def moe_sum(self, x, route, shared=None, shared_gate=None):
+        wts, _ = route
+        y = np.einsum("nkm,nk->nm", x, wts)
+        if shared is not None:
+            y = y + shared / (1.0 + np.exp(-shared_gate))
+        return y.astype(np.float32)
+
     def rope(self, x, pos, n_rot, mode, freq_base, freq_scale=1.0, ext_factor=0.0,
              attn_factor=1.0, beta_fast=32.0, beta_slow=1.0, n_ctx_orig=0, freq_factors=None):
         half = n_rot // 2
@@ -176,19 +235,30 @@ class _Eager:
         self.output = y
 
 
-def calibrate(gguf, family, hparams, ids, skip=(), progress: Optional[bool] = None) -> Dict[str, np.ndarray]:
+def calibrate(gguf, family, hparams, ids, skip=(), progress: Optional[bool] = None,
+              stacked=None) -> Dict[str, np.ndarray]:
     """E[a_j^2] at the input of every matmul weight over one forward pass of `ids` (the model's
-    graph, evaluated eagerly in numpy): {weight name: float32 (K,)}. `skip`: weight names whose
-    product is not computed (the output head: nothing reads its result)."""
+    graph, evaluated eagerly in numpy): {weight name: float32 (K,)}, for an expert tensor one row
+    per expert (n_expert, K) over the tokens routed to it. `skip`: weight names whose product is
+    not computed (the output head: nothing reads its result). `stacked`: merged expert tensors
+    made at load from per-expert ones ({name: (data, type, shape)})."""
     from llmrt.progress import Progress
     t0 = time.perf_counter()
-    n_mm = sum(1 for n, t in gguf.tensors.items() if len(t.shape) == 2 and n != "token_embd.weight")
+    from llmrt.gguf import is_expert_tensor
+
+    n_mm = sum(1 for n, t in gguf.tensors.items()   # old files' per-expert tensors: merged (stacked)
+               if (len(t.shape) == 2 or "_exps." in n) and n != "token_embd.weight"
+               and not (is_expert_tensor(n) and "_exps." not in n))
+    n_mm += len(stacked or {})
     n_mm += "output.weight" not in gguf.tensors          # the tied head reads token_embd
     with Progress(total=n_mm, desc="calibrating", unit="matmuls", enabled=progress) as bar:
         g = _Eager(ids, set(skip), bar=bar)
         with np.errstate(over="ignore", under="ignore"):
-            family.build_graph(g, hparams, _Weights(gguf), None, True)
-    out = {name: (s / max(1, g.count[name])).astype(np.float32) for name, s in g.sq.items()}
+            family.build_graph(g, hparams, _Weights(gguf, stacked), None, True)
+    out = {}
+    for name, s in g.sq.items():
+        c = g.count[name]
+        out[name] = (s / (np.maximum(1, c)[:, None] if np.ndim(c) else max(1, c))).astype(np.float32)
     log.info("llmrt: calibration pass: %d tokens, %d matmul inputs in %.2f s", len(ids), len(out),
              time.perf_counter() - t0)
     return out
@@ -222,11 +292,11 @@ def calibration_ids(tokenizer, n_tokens: int = CALIB_TOKENS) -> list:
 
 
 def model_importance(gguf, family, hparams, tokenizer, output_name: str,
-                     progress: Optional[bool] = None) -> Optional[Dict[str, np.ndarray]]:
+                     progress: Optional[bool] = None, stacked=None) -> Optional[Dict[str, np.ndarray]]:
     """The calibration pass of a model about to be quantized at load: {weight name: E[a^2]}, or
     None (logged) when the model has no tokenizer to encode the calibration text."""
     if tokenizer is None:
         log.warning("llmrt: no tokenizer: int4 rounding without calibration (unweighted search)")
         return None
     ids = calibration_ids(tokenizer)
-    return calibrate(gguf, family, hparams, ids, skip={output_name}, progress=progress)
+    return calibrate(gguf, family, hparams, ids, skip={output_name}, progress=progress, stacked=stacked)

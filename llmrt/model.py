@@ -19,6 +19,7 @@ from llmrt import _core
 from llmrt.errors import ModelFormatError
 from llmrt.gguf import GGUFFile
 from llmrt.models import get_family
+from llmrt.models.moe import split_importance as moe_split_importance
 
 log = logging.getLogger("llmrt")
 
@@ -63,7 +64,7 @@ class _Weights:
         self.replaced = replaced or {}     # {name: (data, type_id, shape)}: weights quantized at load
 
     def has(self, name):
-        return name in self.f.tensors
+        return name in self.f.tensors or name in self.replaced
 
     def __call__(self, name):
         h = self.handles.get(name)
@@ -266,6 +267,14 @@ class Session:
 _UNBUILT = object()
 
 
+def _strip_ones(shape) -> tuple:
+    """A ggml shape without trailing 1s (llama.cpp's loader treats [n, 1] as [n])."""
+    shape = tuple(shape)
+    while len(shape) > 1 and shape[-1] == 1:
+        shape = shape[:-1]
+    return shape
+
+
 class Model:
     """A GGUF model. `path` may also be a known short name (see llmrt.hub).
 
@@ -299,6 +308,9 @@ class Model:
         self.arch = self.gguf.architecture
         self.family = get_family(self.arch, where=self.path)
         self.hparams = self.family.HParams.from_gguf(self.gguf)
+        # old Mixtral files: one tensor per expert, copied into the merged 3-D form once
+        split = getattr(self.hparams, "split_expert_weights", None)
+        self._stacked = split(self.gguf) if split is not None else {}
         self._check_tensors()
         self._tokenizer = _UNBUILT   # built on first use (Gemma's 262k-piece vocabulary: ~2 s)
         self.n_vocab = self.hparams.n_vocab
@@ -320,16 +332,22 @@ class Model:
         self._packs = {}
         self._pack = os.environ.get("LLMRT_PACK", "1") != "0"
         # {name: (blocks, type_id, shape)} of the matmul weights quantized at load (else empty)
-        self._replaced, self.wq_summary = {}, ""
+        self._replaced, self.wq_summary = dict(self._stacked), ""
         if self.wq is not None:
             from llmrt import wquant
             imp = None
             if self.wq.weight_dtype == "int4" and self.wq.rounding == "imatrix":
                 from llmrt import imatrix
                 imp = imatrix.model_importance(self.gguf, self.family, self.hparams, self.tokenizer,
-                                               wquant.output_weight_name(self.gguf.tensors))
-            self._replaced, self.wq_summary = wquant.quantize_weights(self.gguf, self.wq, self.n_threads,
-                                                                      importance=imp)
+                                               wquant.output_weight_name(self.gguf.tensors),
+                                               stacked=self._stacked)
+                if imp and self._stacked:   # per-expert tensors: each its row of the merged one
+                    imp.update(moe_split_importance(imp, self._stacked))
+            replaced, self.wq_summary = wquant.quantize_weights(self.gguf, self.wq, self.n_threads,
+                                                                importance=imp)
+            self._replaced.update(replaced)
+            if self._stacked:               # old Mixtral files: merge the quantized experts
+                self._replaced.update(split(self.gguf, replaced))
         self._all_logits_batch = max(1, min(N_BATCH, ALL_LOGITS_BATCH_BYTES // (4 * self.n_vocab)))
         log.info("llmrt: %s: arch %s, %d layers, n_embd %d, vocab %d; ISA %s, %d threads, kv cache %s",
                  os.path.basename(self.path), self.arch, self.hparams.n_layer, self.hparams.n_embd,
@@ -368,14 +386,19 @@ class Model:
             "ffn_gate.weight": (hp.n_embd, hp.n_ff), "ffn_up.weight": (hp.n_embd, hp.n_ff),
             "ffn_down.weight": (hp.n_ff, hp.n_embd),
         }
+        if hasattr(hp, "tensor_shapes"):
+            per_layer.update(hp.tensor_shapes())
         for name in self.family.required_tensors(hp):
             t = f.tensors.get(name)
-            if t is None:
+            shape = tuple(t.shape) if t is not None else None
+            if t is None and name in self._stacked:
+                shape = tuple(self._stacked[name][2])
+            if shape is None:
                 raise ModelFormatError(f"{self.path}: missing tensor {name} (architecture {self.arch})")
             want = expect.get(name) or per_layer.get(name.split(".", 2)[-1])
-            if want is not None and tuple(t.shape) != want:
+            if want is not None and _strip_ones(shape) != _strip_ones(want):   # [n, 1] is [n]
                 raise ModelFormatError(
-                    f"{self.path}: tensor {name} has shape {tuple(t.shape)}, expected {want}")
+                    f"{self.path}: tensor {name} has shape {shape}, expected {want}")
 
     def _check_ids(self, ids) -> np.ndarray:
         if type(ids) is list and 0 < len(ids) <= 16 and all(type(i) is int for i in ids):

@@ -148,12 +148,16 @@ def _choice(name: str, value, default: str, allowed) -> str:
 
 
 def matmul_weight_names(tensors) -> list:
-    """Names of the 2-D weights that feed mul_mat: every 2-D `*.weight` except an untied
-    token_embd (get_rows only). `tensors`: {name: TensorInfo}."""
+    """Names of the weights that feed mul_mat / mul_mat_id: every 2-D `*.weight` and 3-D expert
+    tensor (`*_exps.weight`) except an untied token_embd (get_rows only) and the MoE routers
+    (`ffn_gate_inp*`: kept at their precision, a rounded router picks other experts).
+    `tensors`: {name: TensorInfo}."""
     tied = "output.weight" not in tensors
     out = []
     for name, t in tensors.items():
-        if len(t.shape) != 2 or not name.endswith(".weight"):
+        if not name.endswith(".weight") or ".ffn_gate_inp" in name:
+            continue
+        if len(t.shape) != 2 and not (len(t.shape) == 3 and "_exps." in name):
             continue
         if name == "token_embd.weight" and not tied:
             continue
@@ -199,6 +203,21 @@ def _importance_of(importance, name: str, k: int) -> Optional[np.ndarray]:
     return np.ascontiguousarray(v / v.mean(), dtype=np.float32)
 
 
+def _expert_importance(importance, name: str, k: int, n_exp: int) -> list:
+    """Per expert (one entry for a 2-D weight) the search's column weights of `name`: the
+    calibration pass gives an expert tensor one row of E[a^2] per expert ([n_exp, k]; an expert
+    no calibration token chose gets None: unweighted)."""
+    v = None if importance is None else importance.get(name)
+    if n_exp == 1 or v is None:
+        return [_importance_of(importance, name, k)] * n_exp
+    v = np.asarray(v)
+    if v.shape != (n_exp, k):
+        log.warning("llmrt: %s: importance of shape %s, expected %s: unweighted search", name,
+                    v.shape, (n_exp, k))
+        return [None] * n_exp
+    return [_importance_of({name: v[e]}, name, k) if v[e].max() > 0 else None for e in range(n_exp)]
+
+
 def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1, progress: Optional[bool] = None,
                      importance: Optional[Dict[str, np.ndarray]] = None,
                      ) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
@@ -226,26 +245,30 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1, progress: Optional
     if cfg.output_type_name != cfg.type_name:
         log.info("llmrt: %s kept at int8 (%s; quantize_output=True for %s)", head,
                  cfg.output_type_name, cfg.weight_dtype)
-    total_rows = sum(t.shape[1] for t in todo)
+    total_rows = sum(int(np.prod(t.shape[1:])) for t in todo)
     out: Dict[str, Tuple[np.ndarray, int, tuple]] = {}
     bytes_before = sum(t.nbytes for t in todo)
     with Progress(total=total_rows, desc="quantizing", unit="rows", enabled=progress) as bar, \
             ThreadPoolExecutor(max_workers=max(1, n_threads)) as pool:
         for t in todo:
-            k, rows = t.shape[0], t.shape[1]
+            k, m = t.shape[0], t.shape[1]
+            n_exp = t.shape[2] if len(t.shape) == 3 else 1     # experts: each with its importance
+            rows = m * n_exp
             tid = _NAME_TO_ID[cfg.output_type_name if t.name == head else cfg.type_name]
             ts = _core.type_traits(tid)[2]
             blocks = np.empty((rows, k // 32 * ts), dtype=np.uint8)
-            src = t.data
-            imp = _importance_of(importance, t.name, k)
+            src = t.data.reshape(rows, k)
+            imps = _expert_importance(importance, t.name, k, n_exp)
+            tasks = [(e * m + r0, e * m + min(r0 + ROWS_PER_TASK, m), imps[e])
+                     for e in range(n_exp) for r0 in range(0, m, ROWS_PER_TASK)]
 
-            def work(r0, t=t, src=src, blocks=blocks, tid=tid, imp=imp):
-                r1 = min(r0 + ROWS_PER_TASK, blocks.shape[0])
+            def work(task, t=t, src=src, blocks=blocks, tid=tid):
+                r0, r1, imp = task
                 x = rows_f32(src[r0:r1], t.type)
                 _core.wq_quantize_rows(x, blocks[r0:r1], tid, cfg.group_size, search, imp)
                 return r1 - r0
 
-            for n in pool.map(work, range(0, rows, ROWS_PER_TASK)):
+            for n in pool.map(work, tasks):
                 bar.update(n)
             out[t.name] = (blocks, tid, tuple(t.shape))
     bytes_after = sum(v[0].nbytes for v in out.values())

@@ -7,8 +7,9 @@ Test helper (torch + transformers are test-only dependencies). Usage:
     ref = hf_logits(model, ids)                          # [len(ids), n_vocab] float32
 
 For f16/q8_0 files, compare against hf_logits(roundtrip_model(model, config, dtype), ids) (the
-weights as the file holds them) or llamacpp_like_model (also rounds matmul inputs to f16 / q8_0
-like ggml's CPU backend, and Gemma's GELU through ggml's f16 table).
+weights as the file holds them; hf_logits(..., float64=True) runs a float64 copy) or
+llamacpp_like_model (also rounds matmul inputs to f16 / q8_0 like ggml's CPU backend, and
+Gemma's GELU through ggml's f16 table).
 
 Checked against llama.cpp itself (llama-cpp-python 0.3.36, f32 K/V cache) by
 tools/check_tiny_llamacpp.py: every f32 file of the SiLU families reproduces transformers'
@@ -19,6 +20,15 @@ logits to <= 1.1e-6 of the largest logit (24 tokens, all positions); Gemma 3 to 
 Families: "llama" (GQA 4/2 heads), "mistral" (arch llama), "qwen2" (q/k/v biases), "qwen3"
 (q_norm/k_norm), "gemma3" (text-only, sliding window 8, layer 5 of 6 global), and the llama
 RoPE-scaling variants "llama-rope-linear", "llama-rope-yarn", "llama-rope-llama3".
+Mixture of Experts (MOE_FAMILIES, every layer MoE): "mixtral" (arch llama, top-2 of 4,
+renormalised), "qwen2moe" (top-2 of 4 not renormalised + sigmoid-gated shared expert),
+"qwen3moe" (top-4 of 8 renormalised, tied embeddings), "olmoe" (top-2 of 8 not renormalised,
+q/k norm over the whole projection, 4/4 heads). For MoE: router_probs / router_gaps (float64
+router gaps per layer and position), gap_mask (positions far from a routing tie, given
+ROUTER_LOGIT_GAP_MIN), decisive_ids (token ids whose routing is decisive everywhere), and
+write_gguf(split_experts=True) for old per-expert Mixtral files. Checked against llama.cpp like
+the dense families (f32 within 9.4e-7 at every position; f16/q8_0 files = llamacpp_like_model
+to ~3e-7, the experts' rounded activations included).
 
 What write_gguf mirrors, from llama.cpp's convert_hf_to_gguf.py (the `conversion/` package of
 the llama.cpp vendored by llama-cpp-python 0.3.x: base.py TextModel/ModelBase, llama.py,
@@ -41,6 +51,20 @@ qwen.py, gemma.py). It is re-implemented here, not imported:
 - tensors: names from gguf.get_tensor_name_map (token_embd, blk.N.attn_norm, attn_q/k/v
   (+ .bias for Qwen2), attn_q_norm/attn_k_norm, attn_output, post_attention_norm, ffn_norm,
   ffn_gate/up/down, post_ffw_norm, output_norm, output unless tied).
+  MoE (Qwen2MoeModel / Qwen3MoeModel / OlmoeModel in qwen.py and olmo.py, LlamaModel's expert
+  merge for Mixtral): keys expert_count (num_local_experts | num_experts) and expert_used_count
+  (num_experts_per_tok) from TextModel, written after the rms eps; Qwen2-/Qwen3-MoE add
+  expert_feed_forward_length (moe_intermediate_size) and Qwen2-MoE
+  expert_shared_feed_forward_length; OLMoE re-writes the rms eps as 1e-5 (so tiny olmoe uses
+  1e-5). Mixtral and OLMoE have no expert FFN key: llama.cpp takes feed_forward_length
+  (intermediate_size, the expert size there). Tensors: blk.N.ffn_gate_inp (router, [n_expert,
+  n_embd] numpy = ggml {n_embd, n_expert}); ffn_gate_exps / ffn_up_exps ([n_expert, n_ff,
+  n_embd] = ggml {n_embd, n_ff, n_expert}) and ffn_down_exps (ggml {n_ff, n_embd, n_expert}),
+  from transformers 5.x's fused experts.gate_up_proj [n_expert, 2*n_ff, n_embd] (gate = rows
+  [:n_ff], up = rows [n_ff:], as Qwen2MoeModel.modify_tensors splits it) and experts.down_proj;
+  Qwen2-MoE's shared expert ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp, written
+  unsqueezed as [1, n_embd] (ggml {n_embd, 1}). No --fuse-gate-up-exps (ffn_gate_up_exps): off
+  by default in the converter.
   Conversions:
   * arch "llama": Q and K rows are PERMUTED (LlamaModel.permute): within each head, HF's
     rotate-half layout (dims i and i + d/2 rotate together) becomes interleaved pairs
@@ -49,9 +73,11 @@ qwen.py, gemma.py). It is re-implemented here, not imported:
   * Gemma 3: every tensor whose HF name ends in "norm.weight" gets +1 (Gemma3RMSNorm computes
     x * (1 + w)): input/post_attention/pre_feedforward/post_feedforward layernorms, q_norm,
     k_norm and the final norm.
-  * types: 1-D tensors and names ending in "_norm.weight" stay F32; every other 2-D ".weight"
-    (token_embd and output included) becomes F16 / Q8_0 for dtype f16 / q8_0 via
-    gguf.quants.quantize (F16 fallback on a QuantError, as the converter does).
+  * types: 1-D tensors, names ending in "_norm.weight" and the MoE routers (ffn_gate_inp,
+    ffn_gate_inp_shexp: on prepare_tensors' always-F32 list) stay F32; every other ".weight"
+    (token_embd, output and the 3-D expert tensors included) becomes F16 / Q8_0 for dtype
+    f16 / q8_0 via gguf.quants.quantize, row by row along the last (input) axis (F16 fallback on
+    a QuantError, as the converter does).
 - tokenizer: the converter hashes a real HF tokenizer; a tiny model has none, so we write a
   minimal byte-level BPE vocab that llama.cpp loads: tokenizer.ggml.model "gpt2",
   pre "default", ids 0..255 = GPT-2 byte-to-unicode chars of bytes 0..255 (so "\n" exists),
@@ -120,7 +146,42 @@ FAMILIES = {
                                rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 10000.0,
                                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                 "original_max_position_embeddings": 8192})),
+    # --- Mixture of Experts (every layer MoE; expert FFN sizes multiples of 32 so Q8_0 applies) ---
+    # Mixtral: arch llama + expert_count / expert_used_count; softmax over 4 experts, top-2,
+    # renormalised. intermediate_size IS the expert FFN size (llama.cpp: feed_forward_length).
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(num_hidden_layers=3, vocab_size=299, tie_word_embeddings=False, sliding_window=None,
+                     intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=2e-6,
+                     rope_parameters={"rope_type": "default", "rope_theta": 300000.0})),
+    # Qwen2-MoE: q/k/v biases, shared expert (FFN 64) behind a sigmoid gate, top-2 of 4 NOT
+    # renormalised. intermediate_size (feed_forward_length) is unused by llama.cpp when
+    # expert_feed_forward_length is present; 96 (not 32 or 64) catches a loader that uses it.
+    # No `output` fallback in llama.cpp's qwen2moe: untied.
+    "qwen2moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                 dict(num_hidden_layers=2, vocab_size=333, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                      intermediate_size=96, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                      num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                      decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False,
+                      rope_parameters={"rope_type": "default", "rope_theta": 100000.0})),
+    # Qwen3-MoE: per-head q/k RMSNorm, top-4 of 8 renormalised (llama.cpp's qwen3moe graph always
+    # renormalises -- norm_w = true -- so norm_topk_prob must be True, as in the real Qwen3 MoE
+    # configs), tied embeddings (llama.cpp falls back to token_embd).
+    "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                 dict(num_hidden_layers=2, vocab_size=317, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                      intermediate_size=160, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=4,
+                      norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                      rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # OLMoE: q/k RMSNorm over the whole q / k projection, top-2 of 8 not renormalised.
+    # 4 heads / 4 KV heads: llama.cpp's olmoe creates attn_k_norm as [n_embd], so it cannot load
+    # a GQA OLMoE. rms_norm_eps 1e-5: the converter overwrites the eps key with 1e-5.
+    # intermediate_size IS the expert FFN size (llama.cpp: feed_forward_length).
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM",
+              dict(num_hidden_layers=2, vocab_size=291, tie_word_embeddings=False, num_key_value_heads=4,
+                   rms_norm_eps=1e-5, intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                   norm_topk_prob=False, rope_parameters={"rope_type": "default", "rope_theta": 20000.0})),
 }
+
+MOE_FAMILIES = ("mixtral", "qwen2moe", "qwen3moe", "olmoe")
 
 # Standard deviation of the random weights, as a multiple of 1/sqrt(fan_in) for matrices.
 # transformers' default init (std 0.02) gives near-uniform attention and logits with a spread
@@ -129,14 +190,23 @@ W_SCALE = 1.0        # linear weights: N(0, (W_SCALE / sqrt(fan_in))^2)
 EMB_STD = 1.0        # token embeddings; divided by sqrt(hidden) when tied or Gemma-scaled
 NORM_STD = 0.2       # RMSNorm weights: 1 + N(0, NORM_STD^2)  (Gemma: stored offset N(0, NORM_STD^2))
 BIAS_STD = 0.2       # Qwen2 q/k/v biases
+# MoE router (`mlp.gate.weight`, [n_expert, n_embd]): N(0, (ROUTER_SCALE / sqrt(n_embd))^2). Its
+# input is RMS-normed (rms ~1), so router logits have std ~ROUTER_SCALE: 2 spreads the top-k
+# weights (a wrong weight or normalisation shows) without saturating the softmax (the
+# unselected experts keep non-negligible probability, so renormalising or not matters). No
+# scale makes Gaussian router logits decisive against rounding (the rounding noise in the logits
+# scales with them too): tests pick decisive token ids instead (decisive_ids).
+ROUTER_SCALE = 2.0
 
 
 def _arch_of(config) -> str:
     mt = config.model_type
-    if mt in ("llama", "mistral"):
+    if mt in ("llama", "mistral", "mixtral"):
         return "llama"
-    if mt in ("qwen2", "qwen3"):
+    if mt in ("qwen2", "qwen3", "olmoe"):
         return mt
+    if mt in ("qwen2_moe", "qwen3_moe"):
+        return mt.replace("_", "")
     if mt in ("gemma3_text", "gemma3"):
         return "gemma3"
     raise ValueError(f"[hf_gguf] unsupported model_type {mt!r}")
@@ -164,6 +234,10 @@ def tiny_model(family: str, seed: int = 0, **overrides):
     config = getattr(transformers, cfg_name)(**kw)
     config._attn_implementation = "eager"
     model = getattr(transformers, model_name)(config)
+    if family in MOE_FAMILIES:
+        # the plain per-expert loop: transformers 5.x otherwise picks torch's grouped_mm
+        # (float32/bf16/f16 only, so no float64 reference) for the fused experts
+        model.set_experts_implementation("eager")
     model.to(torch.float32)
     _randomize(model, config, seed)
     model.eval()
@@ -190,19 +264,172 @@ def _randomize(model, config, seed: int) -> None:
                 # keeps those logits of order 1 instead of echoing the input token
                 std = EMB_STD / math.sqrt(config.hidden_size) if (gemma or tied) else EMB_STD
                 p.copy_(torch.randn(p.shape, generator=g) * std)
-            elif p.dim() == 2:
-                p.copy_(torch.randn(p.shape, generator=g) * (W_SCALE / math.sqrt(p.shape[1])))
+            elif name.endswith(".mlp.gate.weight"):  # MoE router
+                p.copy_(torch.randn(p.shape, generator=g) * (ROUTER_SCALE / math.sqrt(p.shape[1])))
+            elif p.dim() in (2, 3):
+                # 3-D: fused experts [n_expert, out, in] (gate_up_proj, down_proj); fan_in = in
+                p.copy_(torch.randn(p.shape, generator=g) * (W_SCALE / math.sqrt(p.shape[-1])))
             else:
                 raise AssertionError(f"[hf_gguf] unexpected parameter {name} {tuple(p.shape)}")
 
 
-def hf_logits(model, ids) -> np.ndarray:
-    """Teacher-forced logits of `ids` (one sequence): float32 [len(ids), n_vocab]."""
+def hf_logits(model, ids, float64: bool = False) -> np.ndarray:
+    """Teacher-forced logits of `ids` (one sequence): float32 [len(ids), n_vocab].
+
+    float64=True: evaluated on a float64 copy of the model, returned as float64. (transformers'
+    MoE routers take the softmax in float32 even then -- `softmax(..., dtype=torch.float)` /
+    `.float()` -- so the routing weights carry ~1e-7 relative error; the rest is float64.)"""
     import torch
 
+    m = _as_float64(model) if float64 else model
     with torch.no_grad():
-        out = model(torch.tensor([list(ids)], dtype=torch.long))
-    return out.logits[0].float().numpy()
+        out = m(torch.tensor([list(ids)], dtype=torch.long))
+    return out.logits[0].double().numpy() if float64 else out.logits[0].float().numpy()
+
+
+def _as_float64(model):
+    import torch
+
+    if next(model.parameters()).dtype == torch.float64:
+        return model
+    return copy.deepcopy(model).to(torch.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# MoE routing
+# ---------------------------------------------------------------------------------------------
+
+def _routers(model):
+    """The router modules of an MoE model, one per layer (all our families: `layer.mlp.gate`,
+    a *TopKRouter with .weight [n_expert, n_embd] and .top_k)."""
+    out = []
+    for layer in model.model.layers:
+        gate = getattr(layer.mlp, "gate", None)
+        if gate is None or not hasattr(gate, "top_k"):
+            raise ValueError("[hf_gguf] not an MoE model (every layer needs mlp.gate, a top-k router)")
+        out.append(gate)
+    return out
+
+
+def _router_logits(m, batch) -> np.ndarray:
+    """float64 [n_layer, B, T, n_expert]: router logits x W^T of a [B, T] batch of ids, from the
+    hidden states the routers get in a forward pass of `m` (hooks on the router inputs), the
+    product taken in float64."""
+    import torch
+
+    routers = _routers(m)
+    out = [None] * len(routers)
+    handles = []
+    for il, r in enumerate(routers):
+        def hook(mod, args, il=il):
+            x = args[0].detach().reshape(-1, mod.weight.shape[1]).double()
+            out[il] = (x @ mod.weight.detach().double().T).numpy()
+        handles.append(r.register_forward_pre_hook(hook))
+    try:
+        ids = torch.tensor(batch, dtype=torch.long)
+        with torch.no_grad():
+            m(ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return np.stack(out).reshape(len(routers), *ids.shape, -1)
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def router_probs(model, ids, float64: bool = True) -> np.ndarray:
+    """Router probabilities softmax(x W^T) at every layer and position: float64
+    [n_layer, len(ids), n_expert], from the hidden states the routers actually get in a forward
+    pass, computed in float64. float64=True (default) runs the forward pass on a float64 copy of
+    the model, otherwise in the model's own dtype (e.g. llamacpp_like_model's float32)."""
+    m = _as_float64(model) if float64 else model
+    return _softmax(_router_logits(m, [list(ids)])[:, 0])
+
+
+def _gaps(z: np.ndarray, k: int, kind: str) -> np.ndarray:
+    if kind == "logit":
+        zs = -np.sort(-z, axis=-1)
+        return zs[..., k - 1] - zs[..., k]
+    if kind == "prob":
+        ps = -np.sort(-_softmax(z), axis=-1)
+        return ps[..., k - 1] - ps[..., k]
+    raise ValueError(f"[hf_gguf] kind must be 'prob' or 'logit', got {kind!r}")
+
+
+def router_gaps(model, ids, kind: str = "prob") -> np.ndarray:
+    """float64 [n_layer, len(ids)]: at each layer and position, the gap between the k-th and the
+    (k+1)-th largest router probability (k = experts used; softmax over the experts, as the
+    model routes), with the model in float64.
+
+    kind="prob": p_(k) - p_(k+1). kind="logit": z_(k) - z_(k+1) = log(p_(k) / p_(k+1)), the
+    router-logit gap. Rounding elsewhere (F16/Q8_0 weights and activations, summation order)
+    moves the router logits by some absolute dz and the probabilities by ~p * dz, so it is the
+    logit gap that compares directly with the noise (a swap needs dz ~ the logit gap); a
+    probability gap of 0.05 is a logit gap of 0.05 / p_(k), large when p_(k) is small (top-4
+    of 8 experts: p_(k) ~ 0.05)."""
+    k = _routers(model)[0].top_k
+    return _gaps(_router_logits(_as_float64(model), [list(ids)])[:, 0], k, kind)
+
+
+def decisive_ids(model, n: int, seed: int = 1, min_gap: float = 0.5, n_try: int = 16,
+                 kind: str = "logit") -> list[int]:
+    """n random token ids (never the last id, EOS) chosen so that routing is decisive: position by
+    position, n_try random candidates are evaluated (causal: earlier positions do not change)
+    and the first whose router gap (router_gaps' `kind`, float64) is >= min_gap at every layer
+    is kept, else the candidate with the largest smallest gap. Tests on these ids compare
+    (almost) every position without an expert swap from rounding anywhere upstream."""
+    import torch
+
+    m = _as_float64(model)
+    k = _routers(m)[0].top_k
+    n_vocab = m.config.vocab_size
+    rng = np.random.default_rng(seed)
+    ids: list[int] = []
+    n_threads = torch.get_num_threads()
+    # one thread: these small batches run ~50x slower on 2 threads of a loaded machine
+    torch.set_num_threads(1)
+    try:
+        for _ in range(n):
+            cand = rng.integers(0, n_vocab - 1, size=n_try).tolist()
+            z = _router_logits(m, [ids + [c] for c in cand])[:, :, -1]   # [L, n_try, E]
+            g = _gaps(z, k, kind).min(axis=0)                            # [n_try]
+            ok = np.nonzero(g >= min_gap)[0]
+            ids.append(cand[int(ok[0]) if len(ok) else int(np.argmax(g))])
+    finally:
+        torch.set_num_threads(n_threads)
+    return ids
+
+
+# Router-LOGIT gap (router_gaps kind="logit") below which a position is not compared, per file
+# type. Measured with llamacpp_like_model (which reproduces llama.cpp's MoE logits to ~3e-7,
+# tools/check_tiny_llamacpp.py) against transformers float64 on the same rounded weights, 4 MoE
+# families x 4 random 40-token sequences: the largest router-logit change was 4e-6 (f32),
+# 3.8e-3 (f16) and 0.15 (q8_0: activations quantized to 8 bits per block of 32); with q8_0,
+# experts swapped at logit gaps up to 0.10. These thresholds leave >= 2x (q8_0) to 250x (f32)
+# margin. (A probability gap of 0.05 would be the same test only where p_(k) ~ 0.5; for
+# top-4 of 8 experts it drops ~95% of random positions.)
+ROUTER_LOGIT_GAP_MIN = {"f32": 1e-3, "bf16": 0.03, "f16": 0.03, "q8_0": 0.3}
+
+
+def gap_mask(gaps: np.ndarray, min_gap: float, causal: bool = True) -> np.ndarray:
+    """bool [n_tokens]: the positions to compare, given router_gaps [n_layer, n_tokens].
+
+    A position is kept when its gap is >= min_gap at every layer. causal=True (default) also
+    drops every position after the first one whose gap is below min_gap at a layer other than
+    the last: an expert swap there changes that position's K/V in the later layers, which later
+    positions attend to (measured with hf_gguf.llamacpp_like_model Q8_0 on random ids: kept
+    positions after such a swap had errors up to 2.8e-2 of the largest logit, vs <= 1.1e-2
+    before it). A swap in the last layer only changes its own position's logits."""
+    g = np.asarray(gaps)
+    keep = g.min(axis=0) >= min_gap
+    if causal and g.shape[0] > 1:
+        bad_early = (g[:-1] < min_gap).any(axis=0)
+        if bad_early.any():
+            keep[int(np.argmax(bad_early)) + 1:] = False
+    return keep
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,6 +580,10 @@ def _write_base_params(w: gguf.GGUFWriter, hp: dict, rp: dict, n_layer: int, fty
         w.add_rope_freq_base_swa(local_theta)
     if (eps := _find(hp, ["rms_norm_eps", "norm_eps"])) is not None:
         w.add_layer_norm_rms_eps(eps)
+    if (n_expert := _find(hp, ["num_local_experts", "num_experts", "n_routed_experts"])) is not None:
+        w.add_expert_count(n_expert)
+    if (n_used := _find(hp, ["num_experts_per_tok", "num_experts_per_token", "top_k_experts"])) is not None:
+        w.add_expert_used_count(n_used)
     if (head_dim := hp.get("head_dim")) is not None:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
@@ -384,9 +615,31 @@ def _llama3_rope_factors(hp: dict, rp: dict) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
-def gguf_tensors(model, config) -> list[tuple[str, np.ndarray]]:
+def _expert_split(hf_name: str, data: np.ndarray):
+    """transformers 5.x fused expert parameters -> [(converter's per-kind HF name, array)]:
+    `experts.gate_up_proj` [n_expert, 2*n_ff, n_embd] is gate rows [:n_ff] then up rows [n_ff:]
+    (the experts compute `linear(x, gate_up_proj[e]).chunk(2)` = gate, up), as Qwen2MoeModel's
+    modify_tensors splits it; `experts.down_proj` [n_expert, n_embd, n_ff] is kept. Other names:
+    [(hf_name, data)]."""
+    base, _, last = hf_name.rpartition(".")
+    if last == "gate_up_proj" and base.endswith(".experts"):
+        n_ff = data.shape[-2] // 2
+        return [(f"{base}.gate_proj.weight", data[..., :n_ff, :]), (f"{base}.up_proj.weight", data[..., n_ff:, :])]
+    if last == "down_proj" and base.endswith(".experts"):
+        return [(f"{base}.down_proj.weight", data)]
+    return [(hf_name, data)]
+
+
+def gguf_tensors(model, config, split_experts: bool = False) -> list[tuple[str, np.ndarray]]:
     """(gguf name, float32 array) in writing order, after the converter's value conversions
-    (llama Q/K permute, Gemma norm +1), before type conversion. Shapes are numpy (row-major)."""
+    (llama Q/K permute, Gemma norm +1, MoE expert split), before type conversion. Shapes are
+    numpy (row-major): ffn_gate_exps / ffn_up_exps [n_expert, n_ff, n_embd] (ggml ne
+    {n_embd, n_ff, n_expert}), ffn_down_exps [n_expert, n_embd, n_ff], ffn_gate_inp [n_expert,
+    n_embd], ffn_gate_inp_shexp [1, n_embd] (the converter does not squeeze it: ggml {n_embd, 1}).
+
+    split_experts=True (arch llama only): one 2-D tensor per expert, `blk.N.ffn_gate.E.weight`,
+    `ffn_up.E`, `ffn_down.E`, as GGUFs converted before llama.cpp merged experts (early 2024) hold
+    Mixtral."""
     arch = _arch_of(config)
     hp = config.to_dict()
     rp = _rope_parameters(hp)
@@ -395,6 +648,8 @@ def gguf_tensors(model, config) -> list[tuple[str, np.ndarray]]:
     tied = bool(hp.get("tie_word_embeddings", False))
     n_head = hp["num_attention_heads"]
     n_kv = hp.get("num_key_value_heads") or n_head
+    if split_experts and arch != "llama":
+        raise ValueError("[hf_gguf] split_experts: only arch llama (Mixtral) had per-expert tensors")
     out = []
     if arch == "llama" and rp.get("full_attention", rp).get("rope_type", "").lower() == "llama3":
         out.append(("rope_freqs.weight", _llama3_rope_factors(hp, rp)))
@@ -411,16 +666,29 @@ def gguf_tensors(model, config) -> list[tuple[str, np.ndarray]]:
                 data = permute(data, n_head, n_kv)
         if arch == "gemma3" and name.endswith("norm.weight"):
             data = data + np.float32(1.0)
-        new = tmap.get_name(key=name, try_suffixes=(".weight", ".bias"))
-        if new is None:
-            raise ValueError(f"[hf_gguf] cannot map tensor {name!r}")
-        out.append((new, data))
+        for hname, hdata in _expert_split(name, data):
+            new = tmap.get_name(key=hname, try_suffixes=(".weight", ".bias"))
+            if new is None:
+                raise ValueError(f"[hf_gguf] cannot map tensor {hname!r}")
+            if split_experts and hdata.ndim == 3:
+                kind = new.split(".")[2].removesuffix("_exps")      # ffn_gate | ffn_up | ffn_down
+                bid = new.split(".")[1]
+                out.extend((f"blk.{bid}.{kind}.{e}.weight", np.ascontiguousarray(hdata[e]))
+                           for e in range(hdata.shape[0]))
+            else:
+                out.append((new, np.ascontiguousarray(hdata)))
     return out
+
+
+# tensors ModelBase.prepare_tensors always keeps in F32 (its list, for the names we write): the
+# MoE routers. 3-D expert tensors are converted like 2-D weights (quantized row by row).
+_ALWAYS_F32 = (".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight")
 
 
 def gguf_qtype(name: str, data: np.ndarray, dtype: str) -> gguf.GGMLQuantizationType:
     """ModelBase.prepare_tensors' type choice for our families."""
-    if data.ndim <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
+    if data.ndim <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight") \
+            or name.endswith(_ALWAYS_F32):
         return gguf.GGMLQuantizationType.F32
     return _QTYPE[dtype]
 
@@ -435,8 +703,15 @@ def convert_tensor(name: str, data: np.ndarray, dtype: str):
         return gguf.quants.quantize(data, qt), qt
 
 
-def write_gguf(model, config, path, dtype: str = "f32", family: str | None = None) -> Path:
-    """Write `model` to `path` as llama.cpp's convert_hf_to_gguf.py --outtype `dtype` would."""
+def write_gguf(model, config, path, dtype: str = "f32", family: str | None = None,
+               split_experts: bool = False, edit_tensors=None, edit_kv=None) -> Path:
+    """Write `model` to `path` as llama.cpp's convert_hf_to_gguf.py --outtype `dtype` would.
+
+    split_experts=True (Mixtral only): per-expert 2-D tensors instead of the merged 3-D ones, as
+    old Mixtral GGUFs have (see gguf_tensors; current llama.cpp no longer loads those).
+    For broken-file tests: edit_tensors(list of (name, float32 array)) -> new list, applied
+    before type conversion; edit_kv(writer), called after every key is added (add_* again
+    overwrites a key)."""
     if dtype not in _FTYPE:
         raise ValueError(f"[hf_gguf] dtype must be one of {sorted(_FTYPE)}, got {dtype!r}")
     arch = _arch_of(config)
@@ -451,6 +726,15 @@ def write_gguf(model, config, path, dtype: str = "f32", family: str | None = Non
                              "query_pre_attn_scalar must equal head_dim for the GGUF to match")
     if arch == "llama" and hp.get("sliding_window"):
         raise ValueError("[hf_gguf] arch llama has no sliding window in GGUF; use sliding_window=None")
+    if arch == "olmoe" and hp.get("rms_norm_eps") != 1e-5:
+        raise ValueError("[hf_gguf] the converter writes OLMoE's rms eps as 1e-5 whatever the config says; "
+                         "rms_norm_eps must be 1e-5 for the GGUF to match")
+    if arch == "qwen3moe" and not hp.get("norm_topk_prob"):
+        raise ValueError("[hf_gguf] llama.cpp's qwen3moe always renormalises the top-k weights; "
+                         "norm_topk_prob must be True for the GGUF to match")
+    if arch in ("qwen2moe", "olmoe") and hp.get("norm_topk_prob"):
+        raise ValueError(f"[hf_gguf] llama.cpp's {arch} never renormalises the top-k weights; "
+                         "norm_topk_prob must be False for the GGUF to match")
     path = Path(path)
     ftype = _FTYPE[dtype]
     name = f"tiny-{family or arch}"
@@ -461,7 +745,10 @@ def write_gguf(model, config, path, dtype: str = "f32", family: str | None = Non
     glog.setLevel(logging.ERROR)  # Gemma3Model re-adds base keys on purpose ("Duplicated key" warnings)
     try:
         # prepare_tensors
-        for tname, data in gguf_tensors(model, config):
+        tensors = gguf_tensors(model, config, split_experts=split_experts)
+        if edit_tensors is not None:
+            tensors = edit_tensors(tensors)
+        for tname, data in tensors:
             arr, qt = convert_tensor(tname, data, dtype)
             w.add_tensor(tname, arr, raw_dtype=qt)
         # prepare_metadata: type, meta model, set_gguf_parameters, quantization version
@@ -483,6 +770,13 @@ def write_gguf(model, config, path, dtype: str = "f32", family: str | None = Non
             if hp.get("sliding_window_pattern") != 1:
                 w.add_sliding_window(hp["sliding_window"])
             w.add_head_count_kv(hp.get("num_key_value_heads", 4))
+        elif arch in ("qwen2moe", "qwen3moe"):    # Qwen2MoeModel (Qwen3MoeModel inherits it)
+            if (v := hp.get("moe_intermediate_size")) is not None:
+                w.add_expert_feed_forward_length(v)
+            if (v := hp.get("shared_expert_intermediate_size")) is not None:
+                w.add_expert_shared_feed_forward_length(v)
+        elif arch == "olmoe":
+            w.add_layer_norm_rms_eps(1e-5)        # OlmoeModel.set_gguf_parameters, unconditionally
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
         # set_vocab (_set_vocab_gpt2 + SpecialVocab)
         tokens, toktypes, merges, eos_id = tiny_vocab(hp["vocab_size"])
@@ -494,6 +788,8 @@ def write_gguf(model, config, path, dtype: str = "f32", family: str | None = Non
         w.add_bos_token_id(eos_id)
         w.add_eos_token_id(eos_id)
         w.add_add_bos_token(False)
+        if edit_kv is not None:
+            edit_kv(w)
     finally:
         glog.setLevel(old_level)
     w.write_header_to_file(path=path)
@@ -503,27 +799,39 @@ def write_gguf(model, config, path, dtype: str = "f32", family: str | None = Non
     return path
 
 
+def _tensor_map(config):
+    return gguf.get_tensor_name_map(gguf.MODEL_ARCH[_arch_of(config).upper()], config.num_hidden_layers)
+
+
+def _qtype_of_param(tmap, name: str, data: np.ndarray, dtype: str) -> gguf.GGMLQuantizationType:
+    """The GGML type the GGUF tensor of HF parameter `name` gets for `dtype` (a fused
+    gate_up_proj: that of its gate half; gate and up always agree)."""
+    hname, hdata = _expert_split(name, data)[0]
+    new = tmap.get_name(key=hname, try_suffixes=(".weight", ".bias"))
+    if new is None:
+        raise ValueError(f"[hf_gguf] cannot map tensor {hname!r}")
+    return convert_tensor(new, hdata, dtype)[1]
+
+
 def roundtrip_model(model, config, dtype: str):
     """A deep copy of `model` whose weights went through the GGUF type of `dtype` and back
     (F16 rounding, Q8_0 quantization), so a runtime reading the GGUF can be compared to it
-    without the weight-rounding error. Norms and biases are untouched (F32 in the file)."""
+    without the weight-rounding error. Norms, biases and MoE routers are untouched (F32 in the
+    file). Fused 3-D experts round row by row, as their GGUF tensors do."""
     import torch
 
     m2 = copy.deepcopy(model)
-    arch = _arch_of(config)
-    hp = config.to_dict()
-    n_layer = hp["num_hidden_layers"]
-    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], n_layer)
+    tmap = _tensor_map(config)
     with torch.no_grad():
         for name, p in m2.named_parameters():
-            new = tmap.get_name(key=name, try_suffixes=(".weight", ".bias"))
             data = p.detach().numpy().astype(np.float32)
-            arr, qt = convert_tensor(new, data, dtype)
+            qt = _qtype_of_param(tmap, name, data, dtype)
             if qt == gguf.GGMLQuantizationType.F32:
                 continue
-            # quantization is row-wise, so a row permutation (llama Q/K) commutes with it
-            back = gguf.quants.dequantize(arr, qt).astype(np.float32).reshape(data.shape)
-            p.copy_(torch.from_numpy(back))
+            # quantization is row-wise (along the last axis), so a row permutation (llama Q/K)
+            # and the gate/up split of a fused expert tensor commute with it
+            back = gguf.quants.dequantize(gguf.quants.quantize(data, qt), qt).astype(np.float32)
+            p.copy_(torch.from_numpy(back.reshape(data.shape)))
     return m2
 
 
@@ -557,19 +865,60 @@ def gelu_f16_table():
     return GeluF16Table()
 
 
+def _rounder(qt):
+    # (BF16 weights: ggml rounds activations to bf16; not emulated, as before)
+    return {gguf.GGMLQuantizationType.F16: _round_act_f16, gguf.GGMLQuantizationType.Q8_0: _round_act_q8_0}.get(qt)
+
+
+def _experts_forward_rounded(experts, rnd_gate_up, rnd_down):
+    """A forward for transformers 5.x fused experts (Mixtral / Qwen2-MoE / Qwen3-MoE / OLMoE
+    share it) that rounds the matmul inputs as ggml's mul_mat_id does: x before gate_up, the
+    SwiGLU output before down."""
+    import torch
+    import torch.nn.functional as F
+
+    def forward(hidden_states, top_k_index, top_k_weights):
+        out = torch.zeros_like(hidden_states)
+        xr = rnd_gate_up(hidden_states) if rnd_gate_up else hidden_states
+        for e in range(experts.num_experts):
+            tok, pos = torch.where(top_k_index == e)
+            if len(tok) == 0:
+                continue
+            gate, up = F.linear(xr[tok], experts.gate_up_proj[e]).chunk(2, dim=-1)
+            h = experts.act_fn(gate) * up
+            if rnd_down:
+                h = rnd_down(h)
+            h = F.linear(h, experts.down_proj[e]) * top_k_weights[tok, pos, None]
+            out.index_add_(0, tok, h.to(out.dtype))
+        return out
+
+    return forward
+
+
 def llamacpp_like_model(model, config, dtype: str):
     """roundtrip_model plus the roundings llama.cpp's CPU backend adds, for tight comparisons:
     matmul inputs rounded to F16 (F16 weights) or quantized to Q8_0 (Q8_0 weights), as ggml's
-    vec_dot_type does; Gemma's GELU through ggml's f16 lookup table. Not emulated: the f16 KV
-    cache (use an f32 cache on the llama.cpp side) and summation order."""
+    vec_dot_type does (not for F32 tensors: MoE routers, Qwen2-MoE's shared-expert gate);
+    MoE experts likewise (x before gate/up, the SwiGLU output before down); Gemma's GELU through
+    ggml's f16 lookup table. Not emulated: the f16 KV cache (use an f32 cache on the llama.cpp
+    side) and summation order."""
     import torch
 
     m2 = roundtrip_model(model, config, dtype)
-    rnd = {"f16": _round_act_f16, "q8_0": _round_act_q8_0}.get(dtype)
-    if rnd is not None:
-        for mod in m2.modules():
-            if isinstance(mod, torch.nn.Linear):
-                mod.register_forward_pre_hook(lambda _m, args: (rnd(args[0]),) + tuple(args[1:]))
+    tmap = _tensor_map(config)
+    # by parameter identity: a tied lm_head has no name of its own in named_parameters()
+    qtypes = {id(p): _qtype_of_param(tmap, name, p.detach().numpy(), dtype)
+              for name, p in m2.named_parameters()}
+    for mod in m2.modules():
+        if isinstance(mod, torch.nn.Linear):
+            rnd = _rounder(qtypes[id(mod.weight)])
+            if rnd is not None:
+                mod.register_forward_pre_hook(lambda _m, args, rnd=rnd: (rnd(args[0]),) + tuple(args[1:]))
+        elif isinstance(getattr(mod, "gate_up_proj", None), torch.nn.Parameter) and hasattr(mod, "down_proj"):
+            r1 = _rounder(qtypes[id(mod.gate_up_proj)])
+            r2 = _rounder(qtypes[id(mod.down_proj)])
+            if r1 is not None or r2 is not None:
+                mod.forward = _experts_forward_rounded(mod, r1, r2)
     if _arch_of(config) == "gemma3":
         for layer in m2.model.layers:
             layer.mlp.act_fn = gelu_f16_table()

@@ -95,7 +95,7 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
 /* Activation rows [j0, j0 + n) of x (F32, F16 or BF16) rounded to bf16, K_pad per row (zeros past
  * K), into xb: what the bf16 tile GEMM reads. F32 rows are rounded once (llmrt_amx_act_bf16); F16 /
  * BF16 rows (the QUANTIZE node's copy for F16 / BF16 weights) are exact in f32 first. */
-static void amx_rows_bf16(const llmrt_tensor *x, int64_t j0, int64_t n, int64_t K, int64_t K_pad, uint16_t *xb) {
+void llmrt_amx_rows_bf16(const llmrt_tensor *x, int64_t j0, int64_t n, int64_t K, int64_t K_pad, uint16_t *xb) {
     const size_t xbs = (size_t)K_pad * sizeof(uint16_t);
     if (x->type == LLMRT_TYPE_F32) {
         llmrt_amx_act_bf16((const float *)((const char *)x->data + (size_t)j0 * x->nb[1]), x->nb[1], n, K, xb, xbs);
@@ -146,7 +146,7 @@ static int mul_mat_amx(const llmrt_compute_params *p, llmrt_tensor *dst, int bac
             const int64_t j0 = tb * MM_AMX_TOKENS;
             const int64_t n = nr - j0 < MM_AMX_TOKENS ? nr - j0 : MM_AMX_TOKENS;
             if (tb != have) {
-                amx_rows_bf16(x, j0, n, K, K_pad, xb);
+                llmrt_amx_rows_bf16(x, j0, n, K, K_pad, xb);
                 have = tb;
             }
             (void)llmrt_amx_gemm_bf16(aw, xb, (size_t)K_pad * sizeof(uint16_t), n,

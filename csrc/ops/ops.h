@@ -76,12 +76,21 @@ void llmrt_compute_mul_mat(const llmrt_compute_params *p, llmrt_tensor *dst);
 void llmrt_compute_rope(const llmrt_compute_params *p, llmrt_tensor *dst);
 void llmrt_compute_kv_store(const llmrt_compute_params *p, llmrt_tensor *dst);
 void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_moe_route(const llmrt_compute_params *p, llmrt_tensor *dst);   /* ops/moe.c */
+void llmrt_compute_mul_mat_id(const llmrt_compute_params *p, llmrt_tensor *dst);
+void llmrt_compute_moe_sum(const llmrt_compute_params *p, llmrt_tensor *dst);
 
 /* Per-thread scratch bytes an op needs (0 for most). */
 size_t llmrt_rope_wsize(const llmrt_tensor *dst);
 size_t llmrt_attention_wsize(const llmrt_tensor *dst);
 /* MUL_MAT's per-thread scratch: the bf16 activation rows of a weight with a bf16 AMX copy. */
 size_t llmrt_mul_mat_wsize(const llmrt_tensor *dst);
+/* Activation rows [j0, j0 + n) of x (F32, F16 or BF16) rounded to bf16, K_pad per row (zeros
+ * past K), into xb: what the bf16 AMX GEMM reads (mul_mat.c; MUL_MAT_ID too). */
+void llmrt_amx_rows_bf16(const llmrt_tensor *x, int64_t j0, int64_t n, int64_t K, int64_t K_pad, uint16_t *xb);
+/* MoE scratch: the router's probabilities; MUL_MAT_ID's grouping, gathered rows and results. */
+size_t llmrt_moe_route_wsize(const llmrt_tensor *dst);
+size_t llmrt_mul_mat_id_wsize(const llmrt_tensor *dst);
 /* Attention's scratch for a cache of n_ctx cells (the graph grows its scratch to this at run). */
 size_t llmrt_attention_wsize_run(const llmrt_tensor *dst, int n_ctx);
 /* llama.cpp's n_kv when the last used cell is `cell` (0-based): cells used, padded to 256. */

@@ -17,6 +17,9 @@ FAMILIES = {
     "qwen2": "qwen2",
     "qwen3": "qwen3",
     "gemma3": "gemma3",
+    "qwen2moe": "qwen2moe",
+    "qwen3moe": "qwen3moe",
+    "olmoe": "olmoe",
 }
 SUPPORTED_ARCHITECTURES = tuple(FAMILIES)
 

@@ -71,6 +71,13 @@ typedef enum {
     LLMRT_OP_GET_ROWS_F32,  /* src0 activation [..., n], src1 rows int32 [n_out] -> [..., n_out] */
     LLMRT_OP_KV_STORE_PRE,  /* (hidden) src0 pre-RoPE k, src1 its rope node, src2 freq_factors
                                -> the streaming cache's master keys; params: layer */
+    LLMRT_OP_MOE_ROUTE,     /* src0 router logits [n_expert, n], src1 selection bias|NULL -> [2k, n]:
+                               the chosen experts' weights, then their ids; params: k, gating,
+                               norm, f32 scale (ops/moe.c) */
+    LLMRT_OP_MUL_MAT_ID,    /* src0 weight [K, M, n_expert], src1 [K, n] or [K, k, n], src2 route,
+                               src3 up weight|NULL (fused GLU) -> [M, k, n]; params: GLU act|-1 */
+    LLMRT_OP_MOE_SUM,       /* src0 [M, k, n], src1 route, src2 shared [M, n]|NULL, src3 shared
+                               gate logits [1, n]|NULL -> [M, n] */
     LLMRT_OP_COUNT
 } llmrt_op;
 
@@ -95,6 +102,12 @@ enum {
     LLMRT_GLU_GELU = 1,
 };
 
+/* MoE router gating functions (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_* minus one). */
+enum {
+    LLMRT_MOE_GATING_SOFTMAX = 0,
+    LLMRT_MOE_GATING_SIGMOID = 1,
+};
+
 /* RoPE modes (ggml's values). */
 enum {
     LLMRT_ROPE_NORMAL = 0,  /* rotate pairs (2i, 2i + 1) */
@@ -102,7 +115,7 @@ enum {
 };
 
 #define LLMRT_MAX_DIMS 4
-#define LLMRT_MAX_SRC 3
+#define LLMRT_MAX_SRC 4
 #define LLMRT_MAX_OP_PARAMS 16
 
 typedef struct llmrt_tensor {
@@ -163,11 +176,14 @@ int llmrt_graph_weight(llmrt_graph *g, int type, const int64_t *ne, int n_dims, 
 /* Attaches a packed copy (gemm.h; kept alive by the caller, like data) to weight w: MUL_MAT
  * reads it with kt->gemm, everything else (get_rows, levels without a gemm) keeps reading data.
  * Allowed before or after build. LLMRT_EINVAL if w is not a 2-D weight or p does not match its
- * type and shape [K, M]. */
+ * type and shape [K, M]. A 3-D expert weight [K, M, n_expert] takes a copy packed as
+ * [K, M * n_expert] when M is a multiple of p->R (each expert's rows in whole groups). */
 struct llmrt_packed;
 int llmrt_graph_weight_packed(llmrt_graph *g, int w, const struct llmrt_packed *p);
 /* Attaches an AMX-packed copy (amx.h; int8 or bf16 kind, kept alive by the caller) to weight w, as
- * llmrt_graph_weight_packed. LLMRT_EINVAL if it does not match w's type and shape. */
+ * llmrt_graph_weight_packed. LLMRT_EINVAL if it does not match w's type and shape. An expert
+ * weight [K, M, n_expert] takes a copy of its M * n_expert rows when M is a multiple of
+ * LLMRT_AMX_ROW_STEP (MUL_MAT_ID then runs experts with enough tokens on it). */
 struct llmrt_amx_packed;
 int llmrt_graph_weight_amx(llmrt_graph *g, int w, const struct llmrt_amx_packed *p);
 /* LLMRT_INPUT_TOKENS / POSITIONS (one each, [n]) or OUT_ROWS ([n_out], capacity max_out). */
@@ -189,6 +205,16 @@ int llmrt_graph_gelu(llmrt_graph *g, int x);
 int llmrt_graph_glu(llmrt_graph *g, int gate, int up, int act);
 int llmrt_graph_softcap(llmrt_graph *g, int x, float cap);
 int llmrt_graph_get_rows_f32(llmrt_graph *g, int x, int rows);
+/* Mixture of experts (ops/moe.c). route: logits [n_expert, n] -> [2k, n]; bias: an F32 weight
+ * [n_expert] added for the choice only, or -1; gating LLMRT_MOE_GATING_*; norm 1: the k weights
+ * renormalised to sum 1; scale multiplies them. */
+int llmrt_graph_moe_route(llmrt_graph *g, int logits, int bias, int k, int gating, int norm, float scale);
+/* w [K, M, n_expert] times x ([K, n]: one row per token, or [K, k, n]: one per slot) for each
+ * token's chosen experts -> [M, k, n]. up >= 0 (a weight of w's type and shape): act(w x) * (up x)
+ * with act LLMRT_GLU_*; up = -1 needs act = -1. */
+int llmrt_graph_mul_mat_id(llmrt_graph *g, int w, int x, int route, int up, int act);
+/* Σ_s weight_s * x[:, s, t] -> [M, n], + sigmoid(shared_gate) * shared when both are >= 0. */
+int llmrt_graph_moe_sum(llmrt_graph *g, int x, int route, int shared, int shared_gate);
 int llmrt_graph_set_output(llmrt_graph *g, int y);
 
 /* Plans the arena and per-thread scratch. LLMRT_EINVAL without an output, LLMRT_ENOMEM. */
