@@ -8,7 +8,9 @@ ISA level of llmrt the machine has above generic.
 `--set synthetic` is the benchmark set of issue 11: the files of benchmarks/make_models.py
 (0.4b and 1.5b in Q4_0, Q4_K_M, Q8_0, F16, BF16; 3b in Q4_0 and Q4_K_M; run make_models.py
 first, files that are missing are skipped with a note) plus the two real models SmolLM2-135M
-Q4_1 and Gemma 3 270M Q4_K_M from ~/.cache/llmrt. Models given by path are added to the set.
+Q4_1 and Gemma 3 270M Q4_K_M from ~/.cache/llmrt. `--set moe` is the MoE set (make_models.py
+--set moe: moe-0.5b and moe-2b, qwen3moe, in Q4_0, Q4_K_M, Q8_0, F16). Models given by path are
+added to the set.
 
 Every repetition (-r) starts one fresh process per program: llama.cpp (benchmarks/llamacpp_bench.py
 under --llama-python: llama-cpp-python's low-level API doing what llama-bench does) and `llmrt
@@ -23,7 +25,8 @@ fraction of the memory-bandwidth bound:
 
 bytes read per token = every tensor of the file except the embedding table (the projections, the
 output matrix, the norms; the embedding table itself when the output is tied to it): what one
-decoded token reads. bandwidth = the highest read rate of a numpy streaming reduction over 1 GiB
+decoded token reads. In a MoE file the expert tensors (ffn_*_exps) count expert_used_count /
+expert_count of their bytes (one token reads its top-k experts' slices; router and norms whole). bandwidth = the highest read rate of a numpy streaming reduction over 1 GiB
 with the same number of threads, measured before and after the runs (both printed; each the best
 of 5 runs of two reductions; the bound uses the higher reading, the one closest to what the
 memory can deliver: on a shared machine a single reading can be low).
@@ -58,6 +61,7 @@ REAL = [os.path.join(CACHE, "SmolLM2-135M-Instruct.Q4_1.gguf"), os.path.join(CAC
 SYNTHETIC = [("0.4b", t) for t in ("q4_0", "q4_k_m", "q8_0", "f16", "bf16")] + \
             [("1.5b", t) for t in ("q4_0", "q4_k_m", "q8_0", "f16", "bf16")] + \
             [("3b", t) for t in ("q4_0", "q4_k_m")]
+MOE = [(size, t) for size in ("moe-0.5b", "moe-2b") for t in ("q4_0", "q4_k_m", "q8_0", "f16")]
 TARGET_PP, TARGET_TG, TARGET_BOUND = 2.0, 1.3, 0.75
 
 
@@ -98,14 +102,37 @@ def read_bandwidth(threads: int, mib: int = 1024, reps: int = 5) -> float:
     return best
 
 
+def _field_int(r, key):
+    f = r.fields.get(key)
+    if f is None:
+        return None
+    v = f.contents()
+    return int(v[0] if isinstance(v, list) else v)
+
+
 def bytes_per_token(path: str) -> int:
     """Bytes one decoded token reads: every tensor but the embedding table (which only gives one
-    row), plus the table when there is no output matrix (tied)."""
+    row), plus the table when there is no output matrix (tied). In a MoE file
+    (<arch>.expert_count > 1) the expert tensors (blk.N.*_exps, [K, M, n_expert]) count for
+    expert_used_count / expert_count of their bytes: a token reads only its experts' slices;
+    the router, the shared experts and the norms are read whole."""
     import gguf
 
     r = gguf.GGUFReader(path)
+    arch = r.fields["general.architecture"].contents()
+    n_expert = _field_int(r, f"{arch}.expert_count") or 0
+    n_used = _field_int(r, f"{arch}.expert_used_count") or 0
     sizes = {t.name: int(t.n_bytes) for t in r.tensors}
-    total = sum(v for k, v in sizes.items() if k != "token_embd.weight")
+    shapes = {t.name: [int(x) for x in t.shape] for t in r.tensors}      # ggml order
+    total = 0
+    for k, v in sizes.items():
+        if k == "token_embd.weight":
+            continue
+        sh = shapes[k]
+        if n_expert > 1 and n_used > 0 and len(sh) == 3 and sh[2] == n_expert:
+            total += v * n_used // n_expert
+        else:
+            total += v
     if "output.weight" not in sizes:
         total += sizes.get("token_embd.weight", 0)
     return total
@@ -140,7 +167,8 @@ def run_json(cmd, env=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*")
-    ap.add_argument("--set", choices=["synthetic"], help="the benchmark set (see above)")
+    ap.add_argument("--set", choices=["synthetic", "moe"],
+                    help="the benchmark set: synthetic (dense + the two real models) or moe (see above)")
     ap.add_argument("--synthetic-dir", default=os.path.join(CACHE, "synthetic"))
     ap.add_argument("--levels", default=None,
                     help="comma list: 'default' and/or llmrt levels (default: default + every level "
@@ -160,9 +188,12 @@ def main(argv=None):
         for size, t in SYNTHETIC:
             models.append(os.path.join(a.synthetic_dir, f"synthetic-{size}-{t}.gguf"))
         models += REAL
+    elif a.set == "moe":
+        for size, t in MOE:
+            models.append(os.path.join(a.synthetic_dir, f"synthetic-{size}-{t}.gguf"))
     models += a.models
     if not models:
-        ap.error("give model files or --set synthetic")
+        ap.error("give model files or --set synthetic / --set moe")
     missing = [m for m in models if not os.path.exists(m)]
     for m in missing:
         print(f"note: {m} missing, skipped (python benchmarks/make_models.py makes the synthetic ones)",
@@ -266,7 +297,7 @@ def main(argv=None):
                 if not d >= v * (1 - a.margin):
                     fails.append(f"{os.path.basename(model)} {t}: default ({top}) {d:.1f} t/s < avx2 {v:.1f} t/s "
                                  f"({d / v - 1:+.1%}, margin {a.margin:.0%})")
-    print(f"\nbytes per token = the file's tensors but the embedding table; bound = {bw / 1e9:.1f} GB/s / those "
+    print(f"\nbytes per token = the file's tensors but the embedding table (MoE experts: the used fraction); bound = {bw / 1e9:.1f} GB/s / those "
           f"bytes. Targets: pp >= {TARGET_PP:g}x, tg >= {TARGET_TG:g}x llama.cpp, tg >= {TARGET_BOUND:.0%} "
           f"of the bound for files >= 1 GB.")
     if a.json:

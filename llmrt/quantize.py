@@ -6,15 +6,23 @@
 TYPE is q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k or q6_k. The per-tensor choices
 follow llama-quantize (src/llama-quant.cpp: tensor_allows_quantization, llama_tensor_get_type,
 tensor_type_fallback), without an importance matrix:
-  - only 2-D tensors whose name ends in "weight" are quantized, never "*_norm.weight"; 1-D tensors
-    (norms, biases) keep their type;
+  - only 2-D and 3-D tensors (ggml_n_dims: a [K, 1] tensor is 1-D) whose name ends in "weight"
+    are quantized, never "*_norm.weight" nor the MoE router "ffn_gate_inp.weight"; 1-D tensors
+    (norms, biases, Qwen2-MoE's ffn_gate_inp_shexp) keep their type;
   - the output tensor (or token_embd when the model has no output.weight: tied embeddings)
     becomes Q6_K for every type but q8_0 (Q8_0 if its rows are not a multiple of the block size);
   - q2_k / q3_k / q4_k / q5_k are llama.cpp's mixtures Q2_K, Q3_K_M, Q4_K_M, Q5_K_M: attn_v,
     ffn_down, attn_output and attn_qkv get more bits in the same layers as llama.cpp;
+  - MoE files (<arch>.expert_count): the 3-D experts blk.N.ffn_{gate,up,down}_exps ([K, M,
+    n_expert]) are quantized row by row, every expert's M rows, with the rules of ffn_gate /
+    ffn_up / ffn_down (llama.cpp matches "ffn_down" etc. as substrings; the shared experts
+    ffn_*_shexp too), their layer taken from the name; with exactly 8 experts (Mixtral) attn_v
+    and attn_k are Q8_0 whatever the type and attn_output Q5_K in q2_k / q3_k / q4_k;
+  - the per-category counters run in llama.cpp's tensor order (by layer, then by name), and
+    ffn_down's number of layers is block_count (not the number of ffn_down-like tensors);
   - a row length that is not a multiple of the block size falls back as llama.cpp does (Q2_K,
-    Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; F16 if still not divisible); for the
-    32-block types llama.cpp has no fallback and neither do we (ValueError);
+    Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; F16 if still not divisible, and F16
+    for the 32-block types, as llama.cpp's tensor_type_fallback of llama-cpp-python 0.3.36);
   - general.file_type is set to llama.cpp's ftype and general.quantization_version to 2; every
     other key is copied; the alignment is kept.
 Quantization uses the reference rounding (llmrt.quants = ggml's quantize_row_*_ref), so a q4_0
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,20 +62,47 @@ _FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6
 ROWS_PER_TASK = 256
 
 
+_NO_QUANT_SUBSTR = ("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel",
+                    "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight",
+                    "indexer.k_proj.weight", "indexer.q_proj.weight", "attn_rel_b.weight",
+                    ".position_embd", "time_mix_first.weight", "time_mix_w0.weight",
+                    "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_v0.weight",
+                    "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight",
+                    "time_mix_a1.weight", "time_mix_a2.weight", "time_mix_g1.weight",
+                    "time_mix_g2.weight", "time_mix_decay_w1.weight", "time_mix_decay_w2.weight",
+                    "time_mix_lerp_fused.weight")
+
+
+def _n_dims(shape) -> int:
+    """ggml_n_dims: the number of dimensions up to the last one > 1 (at least 1): a [K, 1]
+    tensor counts as 1-D."""
+    n = 1
+    for i, d in enumerate(shape):
+        if d > 1:
+            n = i + 1
+    return n
+
+
 def _allows_quantization(name: str, shape) -> bool:
-    """llama.cpp's tensor_allows_quantization for the architectures llmrt runs."""
-    if len(shape) < 2 or not name.endswith("weight"):
+    """llama.cpp's tensor_allows_quantization: 2-D and 3-D (expert) tensors whose name ends in
+    "weight", never norms, the MoE router (ffn_gate_inp.weight), position / token-type
+    embeddings and a few small tensors of other architectures."""
+    if _n_dims(shape) < 2 or not name.endswith("weight"):
         return False
-    return not any(s in name for s in ("_norm.weight", "ffn_gate_inp.weight", "position_embd",
-                                       "token_types", "attn_rel_b.weight", "ssm_conv1d"))
+    if name in ("position_embd.weight", "token_types.weight"):
+        return False
+    return not any(s in name for s in _NO_QUANT_SUBSTR)
 
 
 def _category(name: str) -> str:
+    """llama.cpp's tensor_get_category: substring matches, in its order. `ffn_up` / `ffn_gate` /
+    `ffn_down` also match the experts (ffn_gate_exps, ...) and the shared experts (ffn_down_shexp,
+    ...); ffn_gate_inp (the router) is never quantized, so its category does not matter."""
     if name == "output.weight":
         return "output"
-    if name == "token_embd.weight":
+    if name in ("token_embd.weight", "per_layer_token_embd.weight"):
         return "token_embd"
-    for key, cat in (("attn_qkv.weight", "attn_qkv"), ("attn_kv_b.weight", "attn_v"),
+    for key, cat in (("attn_qkv.weight", "attn_qkv"), ("attn_kv_b.weight", "attn_kv_b"),
                      ("attn_v.weight", "attn_v"), ("attn_k.weight", "attn_k"),
                      ("attn_q.weight", "attn_q"), ("attn_output.weight", "attn_output"),
                      ("ffn_up", "ffn_up"), ("ffn_gate", "ffn_gate"), ("ffn_down", "ffn_down")):
@@ -75,55 +111,106 @@ def _category(name: str) -> str:
     return "other"
 
 
-def _layer(name: str, counter: int) -> int:
-    """Layer index of a blk.N.* tensor (llama.cpp visits the tensors in layer order), else the
-    running counter."""
-    parts = name.split(".")
-    if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
-        return int(parts[1])
-    return counter
+_ATTN_V = ("attn_v", "attn_qkv", "attn_kv_b")      # llama.cpp's category_is_attn_v
+_BLK = re.compile(r"blk\.(-?\d+)\.")
+# (architecture, n_layer) that llama.cpp's load_hparams calls LLM_TYPE_70B (llama: only with GQA)
+_TYPE_70B = {("llama", 80), ("deci", 80), ("olmo", 80), ("qwen2", 80), ("jais2", 68)}
+
+
+def _blk(name: str) -> int:
+    """sscanf(name, "blk.%d.") or -1."""
+    m = _BLK.match(name)
+    return int(m.group(1)) if m else -1
+
+
+def _llama_order(name: str):
+    """llama_model_loader's weights_map order (weight_name_comparer): by layer (-1 for the
+    tensors outside the blocks), then by name. llama.cpp's per-category counters count in it."""
+    return (_blk(name), name)
 
 
 def _use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
+def _first(v, default: int = 0) -> int:
+    """A hyperparameter that may be a per-layer array: its layer-0 value (llama.cpp's
+    n_head(0), n_head_kv(0))."""
+    if v is None:
+        return default
+    if np.ndim(v):
+        return int(np.asarray(v).reshape(-1)[0]) if np.size(v) else default
+    return int(v)
+
+
 def plan_types(f: GGUFFile, qtype: str) -> Dict[str, str]:
-    """{tensor name: output type name} as llama-quantize picks them for TYPE `qtype`."""
+    """{tensor name: output type name} as llama-quantize picks them for TYPE `qtype`
+    (llama_tensor_get_type_impl of src/llama-quant.cpp for these ftypes, no imatrix).
+
+    MoE (`<arch>.expert_count` > 1): the 3-D expert tensors blk.N.ffn_{gate,up,down}_exps and
+    the shared experts ffn_{gate,up,down}_shexp take the category of ffn_gate / ffn_up /
+    ffn_down (substring match) and their layer from their name; the router ffn_gate_inp (and
+    the 1-D ffn_gate_inp_shexp) keep their type. With exactly 8 experts (Mixtral) attn_v and
+    attn_k become Q8_0 for every type, attn_output Q5_K for q2_k / q3_k / q4_k.
+    The counters run as llama.cpp's do: over the tensors in its order (by layer, then by name),
+    i_attention_wv over the attn_v-like tensors, and ffn_down's layer count is block_count."""
     default, ftype = QUANT_TYPES[qtype]
     tensors = f.tensors
-    tied = "output.weight" not in tensors
     arch = f.architecture
-    n_head = f.arch_get("attention.head_count", 1)
-    n_head_kv = f.arch_get("attention.head_count_kv", n_head) or n_head
-    n_head = int(np.max(n_head)) if np.ndim(n_head) else int(n_head)
-    n_head_kv = int(np.max(n_head_kv)) if np.ndim(n_head_kv) else int(n_head_kv)
-    n_gqa = n_head // max(1, n_head_kv)
-    n_attn_v = sum(1 for n in tensors if _category(n) == "attn_v")
-    n_ffn_down = sum(1 for n in tensors if _category(n) == "ffn_down")
-    i_attn_v = i_ffn_down = 0
+    tied = "output.weight" not in tensors
+    n_head = _first(f.arch_get("attention.head_count"), 1)
+    n_head_kv = f.arch_get("attention.head_count_kv")
+    n_head_kv = n_head if n_head_kv is None else _first(n_head_kv)
+    n_gqa = n_head // n_head_kv if n_head_kv else 0
+    n_expert = _first(f.arch_get("expert_count"), 0)
+    n_layer = _first(f.arch_get("block_count"), 0)
+    if n_layer <= 0:                       # llama.cpp requires the key; count the blocks instead
+        n_layer = len({_blk(n) for n in tensors if _blk(n) >= 0})
+    is_70b = (arch, n_layer) in _TYPE_70B and not (arch == "llama" and n_head == n_head_kv)
+    n_attention_wv = sum(1 for n in tensors if _category(n) in _ATTN_V)
+    i_attention_wv = 0
+    counter = {"ffn_down": 0, "ffn_gate": 0, "ffn_up": 0}
+
+    def layer_info(cat: str, name: str):
+        i = counter[cat]
+        if max(1, n_expert) > 1:           # experts need not be consecutive: parse the name
+            i = _blk(name)
+            if not name.startswith("blk.") or i < 0 or i >= n_layer:
+                raise ValueError(f"[quantize] {name}: cannot determine its layer in [0, {n_layer})")
+        return i, n_layer
+
     plan = {}
-    for name, t in tensors.items():
+    for name in sorted(tensors, key=_llama_order):
+        t = tensors[name]
         if not _allows_quantization(name, t.shape):
             plan[name] = quants.type_name(t.type)
             continue
         cat = _category(name)
         new = default
         if cat == "output" or (tied and cat == "token_embd"):
-            if t.shape[0] % quants.block_size(default) != 0:
+            if arch == "falcon" or t.shape[0] % quants.block_size(default) != 0:
                 new = "Q8_0"
             elif default != "Q8_0":
                 new = "Q6_K"
-        elif cat in ("attn_v", "attn_qkv"):        # llama.cpp's category_is_attn_v
-            if ftype == 10:
+        elif cat == "token_embd":
+            pass
+        elif cat in _ATTN_V:
+            if ftype == 10:                                  # Q2_K
                 new = "Q4_K" if n_gqa >= 4 else "Q3_K"
-            elif ftype == 12:
-                new = "Q5_K" if _layer(name, i_attn_v) < 2 else "Q4_K"
-            elif ftype in (15, 17) and _use_more_bits(_layer(name, i_attn_v), n_attn_v):
-                new = "Q6_K"
-            i_attn_v += 1
+            elif ftype == 12:                                # Q3_K_M
+                new = "Q5_K" if i_attention_wv < 2 else "Q4_K"
+            elif ftype in (15, 17) and _use_more_bits(i_attention_wv, n_attention_wv):
+                new = "Q6_K"                                 # Q4_K_M, Q5_K_M
+            if is_70b and new in ("Q3_K", "Q4_K"):
+                new = "Q5_K"
+            if n_expert == 8:
+                new = "Q8_0"
+            i_attention_wv += 1
+        elif cat == "attn_k":
+            if n_expert == 8:
+                new = "Q8_0"
         elif cat == "ffn_down":
-            i, n = _layer(name, i_ffn_down), n_ffn_down
+            i, n = layer_info(cat, name)
             if ftype == 10:
                 new = "Q3_K"
             elif ftype == 12:
@@ -136,26 +223,35 @@ def plan_types(f: GGUFFile, qtype: str) -> Dict[str, str]:
                     new = "Q6_K"
             elif ftype == 17 and _use_more_bits(i, n):
                 new = "Q6_K"
-            i_ffn_down += 1
-        elif cat == "attn_output" and arch != "falcon":
-            if ftype == 10:
-                new = "Q3_K"
-            elif ftype == 12:
-                new = "Q4_K"
+            counter[cat] += 1
+        elif cat == "attn_output":
+            if arch != "falcon":
+                if n_expert == 8:
+                    if ftype in (10, 12, 15):
+                        new = "Q5_K"
+                elif ftype == 10:
+                    new = "Q3_K"
+                elif ftype == 12:
+                    new = "Q4_K"
+        elif cat in ("ffn_gate", "ffn_up"):
+            layer_info(cat, name)          # only IQ3_XS changes these; llama.cpp still checks the layer
+            counter[cat] += 1
         # incompatible row length: llama.cpp's tensor_type_fallback
         if t.shape[0] % quants.block_size(new) != 0:
             fb = _FALLBACK.get(new)
             if fb is None:
-                raise ValueError(f"{name}: rows of {t.shape[0]} elements are not a multiple of the "
-                                 f"{new} block size ({quants.block_size(new)}) and llama.cpp has no "
-                                 f"fallback type for {new}")
+                if quants.block_size(new) > 32:
+                    raise ValueError(f"{name}: rows of {t.shape[0]} elements are not a multiple of "
+                                     f"the {new} block size ({quants.block_size(new)}) and llama.cpp "
+                                     f"has no fallback type for {new}")
+                fb = new                     # a 32-block type: F16 below, as llama.cpp does
             if t.shape[0] % quants.block_size(fb) != 0:
                 fb = "F16"
             log.warning("llmrt: %s: %d columns not divisible by %d (%s): falling back to %s",
                         name, t.shape[0], quants.block_size(new), new, fb)
             new = fb
         plan[name] = new
-    return plan
+    return {name: plan[name] for name in tensors}       # in the file's order
 
 
 def tensor_f32(t) -> np.ndarray:

@@ -95,3 +95,106 @@ def test_type_names_from_file_names():
     assert cmp.type_name("synthetic-0.4b-bf16.gguf") == "BF16"
     assert cmp.type_name("synthetic-0.4b-f16.gguf") == "F16"
     assert cmp.type_name("model.gguf") == "?"
+
+
+# ---- the MoE set ----------------------------------------------------------------------------
+
+TINY_MOE = dict(arch="qwen3moe", dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
+                n_expert=8, n_expert_used=2, ffn_exp=32)
+
+
+def test_moe_parameter_counts_match_the_documented_sizes():
+    # (blocks, all) and active per token (blocks, with the output matrix), in billions
+    want = {"moe-0.5b": ((0.47, 0.58), (0.059, 0.109)), "moe-2b": ((1.89, 2.04), (0.303, 0.379))}
+    for size, ((blocks, total), (ab, at)) in want.items():
+        b, t = mm.n_params(mm.SIZES[size])
+        assert round(b / 1e9, 2) == blocks and round(t / 1e9, 2) == total, size
+        b, t = mm.n_active_params(mm.SIZES[size])
+        assert round(b / 1e9, 3) == ab and round(t / 1e9, 3) == at, size
+    assert mm.SETS["moe"] == ["moe-0.5b", "moe-2b"] and "moe-0.5b" not in mm.SETS["dense"]
+    assert mm.file_name("moe-0.5b", "q4_0") == "synthetic-moe-0.5b-q4_0.gguf"
+
+
+def test_moe_tensor_plan_shapes():
+    cfg = TINY_MOE
+    plan = {n: (s, sd) for n, s, sd in mm.tensor_plan(cfg, 100)}
+    E, f, d, hd = cfg["n_expert"], cfg["ffn_exp"], cfg["dim"], cfg["head_dim"]
+    assert plan["blk.1.ffn_gate_inp.weight"] == ((E, d), pytest.approx(1 / np.sqrt(d)))
+    assert plan["blk.1.ffn_gate_exps.weight"][0] == (E, f, d)        # ggml [d, f, E]
+    assert plan["blk.1.ffn_up_exps.weight"][0] == (E, f, d)
+    assert plan["blk.1.ffn_down_exps.weight"][0] == (E, d, f)
+    assert plan["blk.1.attn_q.weight"][0] == (cfg["n_heads"] * hd, d)
+    assert plan["blk.1.attn_output.weight"][0] == (d, cfg["n_heads"] * hd)
+    assert plan["blk.1.attn_q_norm.weight"] == ((hd,), None)
+    assert not any(n.startswith("blk.0.ffn_gate.") or n == "blk.0.ffn_down.weight" for n in plan)
+
+
+def test_moe_forward_spreads_the_load():
+    """The router's scale spreads tokens over the experts: layer 0 of the tiny MoE on 128 random
+    tokens uses every expert, none gets more than 2.5x its share."""
+    ids = np.random.default_rng(0).integers(0, 100, 128)
+    r = mm.moe_forward(TINY_MOE, ids, n_layers=2, n_vocab=100)
+    load = r["load"]
+    assert load.shape == (2, 8) and (load.sum(1) == 128 * 2).all()
+    assert (load[0] > 0).all() and load[0].max() < 2.5 * load[0].mean()
+    assert all(np.isfinite(r["rms"])) and 0.5 < r["rms"][-1] < 2
+
+
+def _write_raw_moe(path, n_expert=8, n_used=2):
+    """A tokenizer-less MoE GGUF (only what bytes_per_token reads)."""
+    import gguf
+    w = gguf.GGUFWriter(str(path), "qwen3moe")
+    w.add_block_count(1)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_tensor("token_embd.weight", np.zeros((100, 64), np.float16))
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((64, 64), np.float16))
+    w.add_tensor("blk.0.attn_norm.weight", np.zeros(64, np.float32))
+    w.add_tensor("blk.0.ffn_gate_inp.weight", np.zeros((n_expert, 64), np.float32))
+    w.add_tensor("blk.0.ffn_gate_exps.weight", np.zeros((n_expert, 32, 64), np.float16))
+    w.add_tensor("blk.0.ffn_down_exps.weight", np.zeros((n_expert, 64, 32), np.float16))
+    w.add_tensor("output.weight", np.zeros((100, 64), np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_bytes_per_token_counts_only_the_used_experts(tmp_path):
+    p = tmp_path / "moe.gguf"
+    _write_raw_moe(p, 8, 2)
+    dense = 64 * 64 * 2 + 64 * 4 + 8 * 64 * 4 + 100 * 64 * 2       # q, norm, router (whole), output
+    experts = 2 * (8 * 32 * 64 * 2)                                 # gate_exps + down_exps, F16
+    assert cmp.bytes_per_token(str(p)) == dense + experts * 2 // 8
+    p1 = tmp_path / "moe-all.gguf"
+    _write_raw_moe(p1, 8, 8)                                        # every expert used: all of it
+    assert cmp.bytes_per_token(str(p1)) == dense + experts
+
+
+@needs_smol
+def test_written_moe_file_holds_the_planned_tensors(tmp_path):
+    import gguf
+
+    path = str(tmp_path / "tiny-moe-f16.gguf")
+    mm.write_float_gguf(path, TINY_MOE, "f16")
+    r = gguf.GGUFReader(path)
+    f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("tokenizer.")}
+    assert f["general.architecture"] == "qwen3moe"
+    assert (f["qwen3moe.expert_count"], f["qwen3moe.expert_used_count"],
+            f["qwen3moe.expert_feed_forward_length"]) == (8, 2, 32)
+    assert f["qwen3moe.attention.key_length"] == f["qwen3moe.attention.value_length"] == 32
+    assert f["qwen3moe.feed_forward_length"] == 2 * 32
+    tensors = {t.name: t for t in r.tensors}
+    plan = mm.tensor_plan(TINY_MOE, 49152)
+    assert list(tensors) == [n for n, _, _ in plan]
+    for name, shape, std in plan:
+        t = tensors[name]
+        assert [int(x) for x in t.shape] == list(reversed(shape)), name     # ggml order
+        want = mm.make_tensor(name, shape, std)
+        got = np.asarray(t.data).reshape(shape)
+        if mm.keeps_f32(name, std):
+            assert t.tensor_type == gguf.GGMLQuantizationType.F32, name
+            assert np.array_equal(got, want), name
+        else:
+            assert t.tensor_type == gguf.GGMLQuantizationType.F16, name
+            assert np.array_equal(got, want.astype(np.float16)), name
