@@ -908,6 +908,7 @@ static int64_t node_work(const llmrt_tensor *t) {
     case LLMRT_OP_MUL_MAT: return t->src[0]->ne[0] * nelements(t);
     case LLMRT_OP_MUL_MAT_ID: return t->src[0]->ne[0] * nelements(t) * (t->src[3] != NULL ? 2 : 1);
     case LLMRT_OP_MOE_ROUTE: return 8 * nelements(t->src[0]);
+    case LLMRT_OP_MOE_SUM: return nelements(t->src[0]);   /* k products per output */
     case LLMRT_OP_ATTENTION: return INT64_MAX; /* grows with the cache: always shared */
     case LLMRT_OP_KV_STORE: return nelements(t->src[0]) + nelements(t->src[1]);
     case LLMRT_OP_KV_STORE_PRE: return nelements(t->src[0]);

@@ -587,7 +587,7 @@ cdef class Graph:
             self._packs[key] = pw
         rc = llmrt_graph_weight_amx(self.g, wid, <const void *>(<AmxPackedWeight>pw).ptr())
         if rc != LLMRT_OK:
-            raise ValueError(f"[mul_mat] could not attach the AMX copy ({rc})")
+            raise ValueError(f"[weight] could not attach the AMX copy of weight {wid} ({rc})")
         self._keep.append(pw)
 
     cdef _attach_packed(self, int wid, const llmrt_tensor *tw):
@@ -603,7 +603,7 @@ cdef class Graph:
             self._packs[key] = pw
         rc = llmrt_graph_weight_packed(self.g, wid, (<PackedWeight>pw).ptr())
         if rc != LLMRT_OK:
-            raise ValueError(f"[mul_mat] could not attach the packed weight ({rc})")
+            raise ValueError(f"[weight] could not attach the packed copy of weight {wid} ({rc})")
         self._keep.append(pw)
 
     # ---- mixture of experts (csrc/ops/moe.c) ---------------------------------------------

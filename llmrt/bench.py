@@ -64,7 +64,14 @@ def weight_bytes_per_token(model) -> int:
         b = int(r[0].nbytes) if r is not None else int(tensors[name].nbytes)
         return b * frac if is_expert_tensor(name) else b
 
-    total = sum(nbytes(name) for name in tensors if name != "token_embd.weight")
+    # the graph's weights: the file's tensors, an old file's per-expert ones as merged at load
+    def merged_at_load(n):       # blk.N.ffn_gate.E.weight -> blk.N.ffn_gate_exps.weight
+        p = n.split(".")
+        return is_expert_tensor(n) and "_exps." not in n and f"blk.{p[1]}.{p[2]}_exps.weight" in replaced
+
+    names = [n for n in tensors if not merged_at_load(n)]
+    names += [n for n in replaced if n not in tensors]
+    total = sum(nbytes(name) for name in names if name != "token_embd.weight")
     if "output.weight" not in tensors and "token_embd.weight" in tensors:
         total += nbytes("token_embd.weight")
     return int(total)

@@ -538,6 +538,9 @@ def describe(f: GGUFFile) -> dict:
     prefix = f"{arch}." if arch else None
     n_expert = f.get(prefix + "expert_count", 0) if prefix else 0
     n_used = f.get(prefix + "expert_used_count", 0) if prefix else 0
+    if not (isinstance(n_expert, (int, np.integer)) and isinstance(n_used, (int, np.integer))
+            and 0 <= n_used <= n_expert):
+        n_expert = n_used = 0          # malformed: shown as a hparam, not summarised
     n_active = 0.0    # parameters read per token: the experts count used / n_expert each
     for t in f.tensors.values():
         type_counts[t.type_name] = type_counts.get(t.type_name, 0) + 1

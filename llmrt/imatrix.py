@@ -118,6 +118,8 @@ class _Eager:
 
     def mul_mat(self, w, x):
         x2 = np.ascontiguousarray(x.reshape(x.shape[0], -1), dtype=np.float32)
+        if isinstance(w, np.ndarray):        # a 1-D weight (a shared-expert gate): one output
+            return x2 @ w.reshape(1, -1).T
         acc = self.sq.get(w.name)
         s = np.einsum("nk,nk->k", x2, x2, dtype=np.float64)
         self.sq[w.name] = s if acc is None else acc + s

@@ -41,13 +41,15 @@
 #include "ops/ops.h"
 
 #define ID_TOKENS 64   /* rows of one expert per chunk */
-#define ID_ROWS 64     /* weight rows per chunk: a multiple of every pack_rows (4, 8) */
+#define ID_ROWS 64     /* weight rows per chunk: a multiple of every pack_rows (4, 8) and of the
+                          AMX row step; decode-sized runs take up to ID_TOKENS * ID_ROWS / n */
+#define ID_CHUNK_BYTES (128 << 10)   /* decode: chunks of about this many weight bytes */
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
 /* ---- MOE_ROUTE --------------------------------------------------------------------------- */
 
 size_t llmrt_moe_route_wsize(const llmrt_tensor *dst) {
-    return 2 * (size_t)dst->src[0]->ne[0] * sizeof(float);
+    return (2 * sizeof(float) + 1) * (size_t)dst->src[0]->ne[0];
 }
 
 void llmrt_compute_moe_route(const llmrt_compute_params *p, llmrt_tensor *dst) {
@@ -61,6 +63,7 @@ void llmrt_compute_moe_route(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const int64_t n = llmrt_nrows(lg);
     float *probs = (float *)p->wdata;
     float *sel = probs + E;
+    uint8_t *taken = (uint8_t *)(sel + E);
     for (int64_t t = llmrt_claim(p); t < n; t = llmrt_claim(p)) {
         const float *x = (const float *)((const char *)lg->data + t * lg->nb[1]);
         float *y = (float *)((char *)dst->data + t * dst->nb[1]);
@@ -76,16 +79,16 @@ void llmrt_compute_moe_route(const llmrt_compute_params *p, llmrt_tensor *dst) {
         for (int i = 0; i < E; i++) {
             sel[i] = probs[i] + (bias != NULL ? ((const float *)bias->data)[i] : 0.0f);
         }
+        memset(taken, 0, (size_t)E);
         double wsum = 0.0;
         for (int s = 0; s < k; s++) {   /* k passes of an argmax: E <= a few hundred, k <= 16 */
-            int best = -1;
+            int best = -1;              /* k distinct ids whatever the values (-inf, NaN) */
             for (int i = 0; i < E; i++) {
-                if (sel[i] != -INFINITY && (best < 0 || sel[i] > sel[best])) best = i;
+                if (!taken[i] && (best < 0 || sel[i] > sel[best])) best = i;
             }
-            if (best < 0) best = 0;     /* only with NaN logits: keep a valid id */
+            taken[best] = 1;
             y[s] = probs[best];
             y[k + s] = (float)best;
-            sel[best] = -INFINITY;
             wsum += (double)y[s];
         }
         if (norm) {
@@ -152,12 +155,12 @@ static llmrt_amx_packed amx_expert_view(const llmrt_amx_packed *aw, int64_t M, i
     return v;
 }
 
-/* y[j * ID_ROWS + (m - r0)] for rows [r0, r1) of expert e on the tile GEMM (xg: the gathered
- * rows, xs bytes apart, in the copy's activation form). */
+/* y[j * yr + (m - r0)] for rows [r0, r1) of expert e on the tile GEMM (xg: the gathered rows,
+ * xs bytes apart, in the copy's activation form). */
 static void id_products_amx(const llmrt_tensor *w, int64_t e, int64_t r0, int64_t r1, const char *xg,
-                            size_t xs, int nx, float *y, int backend) {
+                            size_t xs, int nx, float *y, int64_t yr, int backend) {
     const llmrt_amx_packed view = amx_expert_view(w->amx, w->ne[1], e, r0, r1);
-    const size_t ys = ID_ROWS * sizeof(float);
+    const size_t ys = (size_t)yr * sizeof(float);
     if (view.kind == LLMRT_AMX_KIND_BF16) {
         (void)llmrt_amx_gemm_bf16(&view, (const uint16_t *)xg, xs, nx, y, ys, 0, view.M, backend);
     } else {
@@ -165,10 +168,10 @@ static void id_products_amx(const llmrt_tensor *w, int64_t e, int64_t r0, int64_
     }
 }
 
-/* y[j * ID_ROWS + (m - r0)] = row m of expert e of w (rows [r0, r1)) · activation row j. */
+/* y[j * yr + (m - r0)] = row m of expert e of w (rows [r0, r1)) · activation row j. */
 static void id_products(const llmrt_compute_params *p, const llmrt_tensor *w, int64_t e, int64_t r0,
                         int64_t r1, const char *xg, size_t xs, const int32_t *list, int nx,
-                        const llmrt_tensor *x, int bcast, int k, float *y) {
+                        const llmrt_tensor *x, int bcast, int k, float *y, int64_t yr) {
     const llmrt_kernel_table *kt = p->ctx->kt;
     const int64_t K = w->ne[0], M = w->ne[1];
     const llmrt_packed *pw = w->packed;
@@ -180,7 +183,7 @@ static void id_products(const llmrt_compute_params *p, const llmrt_tensor *w, in
         for (int64_t r = r0; r < r1; r += (int64_t)G * R) {
             const int n_rows = (int)(r1 - r < (int64_t)G * R ? r1 - r : (int64_t)G * R);
             gemm(K, (const char *)pw->data + (size_t)(base + r / R) * pw->group_bytes, n_rows, xg, xs, nx,
-                 y + (r - r0), ID_ROWS);
+                 y + (r - r0), (size_t)yr);
         }
         return;
     }
@@ -189,7 +192,7 @@ static void id_products(const llmrt_compute_params *p, const llmrt_tensor *w, in
     for (int j = 0; j < nx; j++) {
         const int64_t q = list[j];
         const char *xr = (const char *)x->data + (size_t)(bcast ? q / k : q) * x->nb[1];
-        for (int64_t m = r0; m < r1; m++) dot((int)K, &y[j * ID_ROWS + (m - r0)], we + (size_t)m * w->nb[1], xr);
+        for (int64_t m = r0; m < r1; m++) dot((int)K, &y[j * yr + (m - r0)], we + (size_t)m * w->nb[1], xr);
     }
 }
 
@@ -204,15 +207,20 @@ void llmrt_compute_mul_mat_id(const llmrt_compute_params *p, llmrt_tensor *dst) 
     const int64_t n = dst->ne[2];
     const int bcast = x->n_dims == 2;                 /* [K, n]: one row per token for all slots */
     const size_t xs = x->nb[1];
-    id_scratch s = id_layout(p->wdata, E, k * n, id_row_bytes(dst));
-    /* AMX: a copy of every weight of the node, the switch on, activations the copy reads */
+    if (n < 1) return;
+    /* AMX: a copy of every weight of the node, the switch on, activations the copy reads, and
+     * the scratch sized for it (a copy attached after build is not used) */
     const llmrt_amx_packed *aw = w->amx;
     int amx = aw != NULL && (up == NULL || up->amx != NULL) ? llmrt_amx_matmul() : -1;
+    if (amx >= 0 && aw->kind != LLMRT_AMX_KIND_BF16 && x->type != llmrt_amx_act_type(aw)) amx = -1;
+    if (amx >= 0 && aw->kind == LLMRT_AMX_KIND_BF16 && x->type != LLMRT_TYPE_F32 &&
+        x->type != LLMRT_TYPE_F16 && x->type != LLMRT_TYPE_BF16) {
+        amx = -1;
+    }
+    if (amx >= 0 && p->wsize < llmrt_mul_mat_id_wsize(dst)) amx = -1;
     const int amx_bf16 = amx >= 0 && aw->kind == LLMRT_AMX_KIND_BF16;
-    if (amx >= 0 && !amx_bf16 && x->type != llmrt_amx_act_type(aw)) amx = -1;
-    if (amx_bf16 && x->type != LLMRT_TYPE_F32 && x->type != LLMRT_TYPE_F16 && x->type != LLMRT_TYPE_BF16) amx = -1;
-    if (amx >= 0 && p->wsize < llmrt_mul_mat_id_wsize(dst)) amx = -1;   /* copy attached after build */
     const size_t xbs = amx_bf16 ? (size_t)aw->nkb * 32 * sizeof(uint16_t) : xs;   /* AMX bf16 row */
+    id_scratch s = id_layout(p->wdata, E, k * n, amx >= 0 ? id_row_bytes(dst) : xs);
 
     /* group the (token, slot) rows by expert: the same result in every thread */
     memset(s.cnt, 0, (size_t)E * sizeof(int32_t));
@@ -220,7 +228,20 @@ void llmrt_compute_mul_mat_id(const llmrt_compute_params *p, llmrt_tensor *dst) 
         const float *r = (const float *)((const char *)route->data + t * route->nb[1]);
         for (int j = 0; j < k; j++) s.cnt[(int64_t)r[k + j]]++;
     }
-    const int64_t n_rc = (M + ID_ROWS - 1) / ID_ROWS;
+    /* Rows per chunk: ID_ROWS, or for a run of few tokens (an expert has at most n of them)
+     * more, up to about ID_CHUNK_BYTES of weights: the [tokens][rows] buffers hold
+     * ID_TOKENS * ID_ROWS results. */
+    int64_t tmax = 1;                                 /* the most rows of one token block */
+    for (int64_t ee = 0; ee < E; ee++) tmax = s.cnt[ee] > tmax ? s.cnt[ee] : tmax;
+    if (tmax > ID_TOKENS) tmax = ID_TOKENS;
+    int64_t rpc = ID_ROWS;
+    if (tmax < ID_TOKENS) {
+        const int64_t by_bytes = (int64_t)(ID_CHUNK_BYTES / w->nb[1]) / ID_ROWS * ID_ROWS;
+        const int64_t by_buf = (int64_t)ID_TOKENS * ID_ROWS / tmax / ID_ROWS * ID_ROWS;
+        rpc = by_bytes < by_buf ? by_bytes : by_buf;
+        if (rpc < ID_ROWS) rpc = ID_ROWS;
+    }
+    const int64_t n_rc = (M + rpc - 1) / rpc;
     s.off[0] = 0;
     s.cstart[0] = 0;
     for (int64_t e = 0; e < E; e++) {
@@ -234,15 +255,16 @@ void llmrt_compute_mul_mat_id(const llmrt_compute_params *p, llmrt_tensor *dst) 
     }
 
     const int64_t n_chunks = s.cstart[E];
-    const int packed = w->packed != NULL && p->ctx->kt->gemm[w->type] != NULL;
+    const llmrt_gemm_fn gemm = p->ctx->kt->gemm[w->type];   /* gather for whichever weight uses it */
+    const int packed = gemm != NULL && (w->packed != NULL || (up != NULL && up->packed != NULL));
     const int64_t K = w->ne[0];
     int64_t e = 0, have_e = -1, have_tb = -1;
     int have_amx = 0;
     for (int64_t c = llmrt_claim(p); c < n_chunks; c = llmrt_claim(p)) {
         while (s.cstart[e + 1] <= c) e++;             /* claims only grow: e only moves forward */
         const int64_t local = c - s.cstart[e];
-        const int64_t tb = local / n_rc, r0 = (local % n_rc) * ID_ROWS;
-        const int64_t r1 = r0 + ID_ROWS < M ? r0 + ID_ROWS : M;
+        const int64_t tb = local / n_rc, r0 = (local % n_rc) * rpc;
+        const int64_t r1 = r0 + rpc < M ? r0 + rpc : M;
         const int64_t j0 = tb * ID_TOKENS;
         const int nx = (int)(s.cnt[e] - j0 < ID_TOKENS ? s.cnt[e] - j0 : ID_TOKENS);
         const int32_t *list = s.rows + s.off[e] + j0;
@@ -262,22 +284,22 @@ void llmrt_compute_mul_mat_id(const llmrt_compute_params *p, llmrt_tensor *dst) 
         }
         if (use_amx) {   /* the GEMMs validate; shapes were checked when the copy was attached */
             const size_t as = amx_bf16 ? xbs : xs;
-            id_products_amx(w, e, r0, r1, s.xbuf, as, nx, s.yg, amx);
-            if (up != NULL) id_products_amx(up, e, r0, r1, s.xbuf, as, nx, s.yu, amx);
+            id_products_amx(w, e, r0, r1, s.xbuf, as, nx, s.yg, rpc, amx);
+            if (up != NULL) id_products_amx(up, e, r0, r1, s.xbuf, as, nx, s.yu, rpc, amx);
             if (r0 == 0 && tb == 0) llmrt_amx_count_matmul();   /* once per expert and node */
         } else {
-            id_products(p, w, e, r0, r1, s.xbuf, xs, list, nx, x, bcast, k, s.yg);
-            if (up != NULL) id_products(p, up, e, r0, r1, s.xbuf, xs, list, nx, x, bcast, k, s.yu);
+            id_products(p, w, e, r0, r1, s.xbuf, xs, list, nx, x, bcast, k, s.yg, rpc);
+            if (up != NULL) id_products(p, up, e, r0, r1, s.xbuf, xs, list, nx, x, bcast, k, s.yu, rpc);
         }
         for (int j = 0; j < nx; j++) {
             float *y = (float *)((char *)dst->data + (size_t)list[j] * dst->nb[1]) + r0;
-            const float *g = s.yg + (size_t)j * ID_ROWS;
+            const float *g = s.yg + (size_t)j * rpc;
             if (up == NULL) {
                 memcpy(y, g, (size_t)(r1 - r0) * sizeof(float));
             } else if (act == LLMRT_GLU_GELU) {
-                p->ctx->kt->vec_geglu((int)(r1 - r0), y, g, s.yu + (size_t)j * ID_ROWS);
+                p->ctx->kt->vec_geglu((int)(r1 - r0), y, g, s.yu + (size_t)j * rpc);
             } else {
-                p->ctx->kt->vec_swiglu((int)(r1 - r0), y, g, s.yu + (size_t)j * ID_ROWS);
+                p->ctx->kt->vec_swiglu((int)(r1 - r0), y, g, s.yu + (size_t)j * rpc);
             }
         }
     }
