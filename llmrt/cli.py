@@ -245,6 +245,10 @@ def _load_model(name, threads, ctx_size, wq=None):
         _log(model.wq_summary)
     arch = (getattr(model, "metadata", None) or {}).get("general.architecture", "?")
     from llmrt import _core
+    hp = getattr(model, "hparams", None)
+    if getattr(hp, "n_expert", 0):      # mixture of experts: what each token runs
+        arch += f" ({hp.n_expert} experts, {hp.n_expert_used} per token" + \
+                (", shared expert)" if hp.n_ff_shexp else ")")
     _log(f"loaded: arch {arch}, n_vocab {model.n_vocab}, n_ctx {model.n_ctx}; "
          f"isa {_core.isa_current()}, threads {getattr(model, 'n_threads', threads)}, "
          f"kv cache {getattr(model, 'kv_dtype', '?')}")
