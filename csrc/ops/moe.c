@@ -18,9 +18,10 @@
  * MUL_MAT_ID groups the run's (token, slot) rows by expert (every thread computes the same
  * grouping in its scratch: O(n k + n_expert), no barrier), so each chosen expert's weights are
  * streamed once for all its tokens and an expert nobody chose is never read (decode reads k
- * experts). Chunks are (expert, block of ID_TOKENS of its rows, ID_ROWS weight rows), claimed
- * from the node's counter token-block-major within an expert, so a skewed routing (one expert
- * with most tokens) still splits into many chunks and no thread idles. A chunk gathers its
+ * experts). Chunks are (expert, block of ID_TOKENS of its rows, ID_ROWS weight rows — more when
+ * no expert has ID_TOKENS rows, up to about ID_CHUNK_BYTES of weights: decode), claimed from
+ * the node's counter token-block-major within an expert, so a skewed routing (one expert with
+ * most tokens) still splits into many chunks and no thread idles. A chunk gathers its
  * activation rows into the thread's scratch once per (expert, token block) and runs the level's
  * packed gemm (gemm.h; a 3-D weight is packed as n_expert * M rows, expert e's groups starting
  * at e * M / R) or, for weights without a packed copy, vec_dot row by row; results go through a
