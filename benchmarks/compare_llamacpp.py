@@ -102,40 +102,15 @@ def read_bandwidth(threads: int, mib: int = 1024, reps: int = 5) -> float:
     return best
 
 
-def _field_int(r, key):
-    f = r.fields.get(key)
-    if f is None:
-        return None
-    v = f.contents()
-    return int(v[0] if isinstance(v, list) else v)
-
-
 def bytes_per_token(path: str) -> int:
-    """Bytes one decoded token reads: every tensor but the embedding table (which only gives one
-    row), plus the table when there is no output matrix (tied). In a MoE file
-    (<arch>.expert_count > 1) the expert tensors (blk.N.*_exps, [K, M, n_expert]) count for
-    expert_used_count / expert_count of their bytes: a token reads only its experts' slices;
-    the router, the shared experts and the norms are read whole."""
-    import gguf
+    """Bytes one decoded token reads (llmrt.gguf.decode_bytes_per_token): every tensor but the
+    embedding table (which only gives one row), plus the table when there is no output matrix
+    (tied); in a MoE file the expert tensors count for expert_used_count / expert_count of their
+    bytes (a token reads only its experts' slices; router, shared experts and norms whole)."""
+    from llmrt.gguf import GGUFFile, decode_bytes_per_token
 
-    r = gguf.GGUFReader(path)
-    arch = r.fields["general.architecture"].contents()
-    n_expert = _field_int(r, f"{arch}.expert_count") or 0
-    n_used = _field_int(r, f"{arch}.expert_used_count") or 0
-    sizes = {t.name: int(t.n_bytes) for t in r.tensors}
-    shapes = {t.name: [int(x) for x in t.shape] for t in r.tensors}      # ggml order
-    total = 0
-    for k, v in sizes.items():
-        if k == "token_embd.weight":
-            continue
-        sh = shapes[k]
-        if n_expert > 1 and n_used > 0 and len(sh) == 3 and sh[2] == n_expert:
-            total += v * n_used // n_expert
-        else:
-            total += v
-    if "output.weight" not in sizes:
-        total += sizes.get("token_embd.weight", 0)
-    return total
+    with GGUFFile(path) as f:
+        return decode_bytes_per_token(f)
 
 
 def type_name(path: str) -> str:

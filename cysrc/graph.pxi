@@ -568,11 +568,23 @@ cdef class Graph:
             raise RuntimeError(f"[mul_mat] no quant_row kernel for {_type_name(vt)} "
                                f"(the activation type of {w.type_name})")
         t = self._new(llmrt_graph_mul_mat(self.g, w.id, x.id), "mul_mat")
-        if self.pack and tw.packed == NULL and kt.pack_rows[tw.type] > 0:
-            self._attach_packed(w.id, tw)
-        if self.pack and tw.amx == NULL and _amx_wanted(tw.type, tw.ne[0]):
-            self._attach_amx(w.id, tw)
+        self._attach_copies(w.id)
         return t
+
+    cdef _attach_copies(self, int wid):
+        """The load-time copies MUL_MAT / MUL_MAT_ID read instead of weight wid's plain rows
+        (each made once per model): packed for the level's gemm, and the AMX tile layout while
+        the AMX path is on. An expert weight [K, M, n_expert] gets them only when every expert
+        is whole groups (M a multiple of the pack rows; of the AMX row step, 32)."""
+        if not self.pack:
+            return
+        cdef const llmrt_tensor *tw = llmrt_graph_tensor(self.g, wid)
+        cdef int R = llmrt_kernels().pack_rows[tw.type]
+        cdef bint experts = tw.n_dims == 3
+        if tw.packed == NULL and R > 0 and (not experts or tw.ne[1] % R == 0):
+            self._attach_packed(wid, tw)
+        if tw.amx == NULL and (not experts or tw.ne[1] % 32 == 0) and _amx_wanted(tw.type, tw.ne[0]):
+            self._attach_amx(wid, tw)
 
     cdef _attach_amx(self, int wid, const llmrt_tensor *tw):
         """An AMX tile-layout copy of weight tw (once per model, like _attach_packed), used by
@@ -670,14 +682,9 @@ cdef class Graph:
         if kt.vec_dot[tw.type] == NULL:
             raise RuntimeError(f"[mul_mat_id] no vec_dot kernel for {w.type_name} weights")
         t = self._new(llmrt_graph_mul_mat_id(self.g, w.id, x.id, route.id, up_id, act_id), "mul_mat_id")
-        cdef int R = kt.pack_rows[tw.type]
-        cdef const llmrt_tensor *th
-        for h in ((w, up) if up is not None else (w,)):
-            th = llmrt_graph_tensor(self.g, h.id)
-            if self.pack and R > 0 and tw.ne[1] % R == 0 and th.packed == NULL:
-                self._attach_packed(h.id, th)
-            if self.pack and th.amx == NULL and tw.ne[1] % 32 == 0 and _amx_wanted(tw.type, tw.ne[0]):
-                self._attach_amx(h.id, th)
+        self._attach_copies(w.id)
+        if up is not None:
+            self._attach_copies(up.id)
         return t
 
     def moe_sum(self, x, route, shared=None, shared_gate=None):

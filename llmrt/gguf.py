@@ -520,13 +520,39 @@ def load_gguf(path) -> GGUFFile:
     return GGUFFile(path)
 
 
-_SPLIT_EXPERT = re.compile(r"^blk\.\d+\.ffn_(gate|up|down)\.\d+\.weight$")   # old Mixtral files
+# an old Mixtral file's per-expert tensor: groups (layer, projection, expert)
+SPLIT_EXPERT = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)\.(\d+)\.weight$")
 
 
 def is_expert_tensor(name: str) -> bool:
     """A MoE expert weight: merged (`blk.N.ffn_*_exps.weight`) or an old file's per-expert
     `blk.N.ffn_{gate,up,down}.E.weight` (a token reads only the experts it chose)."""
-    return "_exps." in name or _SPLIT_EXPERT.match(name) is not None
+    return "_exps." in name or SPLIT_EXPERT.match(name) is not None
+
+
+def expert_counts(f: GGUFFile) -> tuple:
+    """(expert_count, expert_used_count) of a MoE file; (0, 0) for a dense file or malformed keys
+    (those are the loader's to report)."""
+    prefix = f"{f.architecture}." if f.architecture else None
+    n_expert = f.get(prefix + "expert_count", 0) if prefix else 0
+    n_used = f.get(prefix + "expert_used_count", 0) if prefix else 0
+    if not (isinstance(n_expert, (int, np.integer)) and isinstance(n_used, (int, np.integer))
+            and 0 <= n_used <= n_expert):
+        return 0, 0
+    return int(n_expert), int(n_used)
+
+
+def decode_bytes_per_token(f: GGUFFile) -> int:
+    """Bytes of the file's tensors one decoded token reads: every tensor but the embedding table
+    (one row of it), plus the table when there is no output matrix (tied); an expert tensor
+    counts for expert_used_count / expert_count of its bytes (a token reads only its experts)."""
+    n_expert, n_used = expert_counts(f)
+    total = 0
+    for name, t in f.tensors.items():
+        if name == "token_embd.weight" and "output.weight" in f.tensors:
+            continue
+        total += t.nbytes * n_used // n_expert if n_expert and is_expert_tensor(name) else t.nbytes
+    return total
 
 
 def describe(f: GGUFFile) -> dict:
@@ -536,11 +562,7 @@ def describe(f: GGUFFile) -> dict:
     n_params = 0
     n_bytes = 0
     prefix = f"{arch}." if arch else None
-    n_expert = f.get(prefix + "expert_count", 0) if prefix else 0
-    n_used = f.get(prefix + "expert_used_count", 0) if prefix else 0
-    if not (isinstance(n_expert, (int, np.integer)) and isinstance(n_used, (int, np.integer))
-            and 0 <= n_used <= n_expert):
-        n_expert = n_used = 0          # malformed: shown as a hparam, not summarised
+    n_expert, n_used = expert_counts(f)
     n_active = 0.0    # parameters read per token: the experts count used / n_expert each
     for t in f.tensors.values():
         type_counts[t.type_name] = type_counts.get(t.type_name, 0) + 1

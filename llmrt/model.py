@@ -17,7 +17,7 @@ import numpy as np
 
 from llmrt import _core
 from llmrt.errors import ModelFormatError
-from llmrt.gguf import GGUFFile, is_expert_tensor
+from llmrt.gguf import SPLIT_EXPERT, GGUFFile
 from llmrt.models import get_family
 from llmrt.models.moe import split_importance as moe_split_importance
 
@@ -348,8 +348,7 @@ class Model:
             self._replaced.update(replaced)
             if self._stacked:               # old Mixtral files: merge the quantized experts,
                 merged = split(self.gguf, replaced)   # keep only the merged copies
-                self._replaced = {n: v for n, v in self._replaced.items() if not is_expert_tensor(n)
-                                  or "_exps." in n}
+                self._replaced = {n: v for n, v in self._replaced.items() if not SPLIT_EXPERT.match(n)}
                 self._replaced.update(merged)
         self._stacked = None                # (the float copies live on in _replaced if used)
         self._all_logits_batch = max(1, min(N_BATCH, ALL_LOGITS_BATCH_BYTES // (4 * self.n_vocab)))

@@ -7,6 +7,9 @@ isa_level   parametrized over every ISA level llmrt knows, plus the AVX-512 leve
             name (runtime.isa_emulated() tells the emulated ones apart) and restores the previous
             level afterwards.
 rng         a numpy Generator with a fixed seed, so failures reproduce.
+amx_model_backend
+            MUL_MAT / MUL_MAT_ID prefill on the AMX software tile model for the test (graphs
+            built during it get AMX copies of their weights); the previous setting afterwards.
 """
 from __future__ import annotations
 
@@ -54,6 +57,17 @@ def isa_level(request):
         yield use_isa(request.param)
     finally:
         runtime.set_isa(before)
+
+
+@pytest.fixture
+def amx_model_backend():
+    from llmrt import _core
+    before = _core.amx_matmul()
+    assert _core.amx_set_matmul("model") == "model"
+    try:
+        yield
+    finally:
+        _core.amx_set_matmul(before)
 
 
 @pytest.fixture

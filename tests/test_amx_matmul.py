@@ -49,16 +49,6 @@ def tiny_paths(tmp_path_factory):
             "bf16": str(bf16)}
 
 
-@pytest.fixture
-def amx_model_backend():
-    before = _core.amx_matmul()
-    assert _core.amx_set_matmul("model") == "model"
-    try:
-        yield
-    finally:
-        _core.amx_set_matmul(before)
-
-
 def _logits(path, ids):
     return Model(path, n_threads=2, ctx_size=64)(ids)
 

@@ -230,16 +230,6 @@ def test_moe_op_errors(rng):
         g.moe_sum(y, r, shared=x)
 
 
-@pytest.fixture
-def amx_model_backend():
-    before = core.amx_matmul()
-    assert core.amx_set_matmul("model") == "model"
-    try:
-        yield
-    finally:
-        core.amx_set_matmul(before)
-
-
 @pytest.mark.parametrize("t", (T.Q8_0, T.Q4_1, T.F16), ids=lambda t: t.name)
 def test_mul_mat_id_on_amx_tiles(t, rng, amx_model_backend):
     """Prefill of experts on the AMX tile GEMM (software tile model): a chunk of >= 16 tokens of

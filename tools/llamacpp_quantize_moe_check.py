@@ -16,38 +16,15 @@ bytes in `llmrt quantize`'s file and llama.cpp's; every mismatch is listed. Exit
 mismatch.
 """
 import argparse
-import ctypes  # noqa: F401  (used in the child snippet)
-import hashlib
 import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-REF_PY = os.environ.get("LLMRT_REF_PYTHON", "/work/ref/venv/bin/python")
+from llamacpp_quantize_ref import _QUANTIZE, REF_PY, ROOT, llamacpp_ppl, tensor_hashes as tensors  # noqa: E402
+
 FTYPE = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k": 12, "q4_k": 15,
          "q5_k": 17, "q6_k": 18}
-
-_QUANTIZE = """
-import ctypes, sys, llama_cpp
-p = llama_cpp.llama_model_quantize_default_params()
-p.ftype = int(sys.argv[3]); p.nthread = 2
-sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(p)))
-"""
-
-
-def tensors(path):
-    import gguf
-    r = gguf.GGUFReader(path)
-    return {t.name: (t.tensor_type.name, hashlib.sha256(t.data.tobytes()).hexdigest()) for t in r.tensors}
-
-
-def llamacpp_ppl(model, max_tokens, ctx=128):
-    import json
-    out = subprocess.run([REF_PY, str(ROOT / "tools" / "llamacpp_perplexity.py"), str(model), "-c", str(ctx),
-                          "--max-tokens", str(max_tokens), "--json"], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def compare(src, qtype, workdir, bytes_too=True, ppl_tokens=0):

@@ -42,12 +42,12 @@ class HParams(DecoderHParams):
 
     @classmethod
     def from_gguf(cls, f, rope_mode=ROPE_NORM, qk_norm=False, qkv_bias=False, expert_norm=True,
-                  qk_norm_full=False):
+                  qk_norm_full=False, moe_only=False):
         r, base, n_rot = read_base_hparams(f, default_eps=1e-5, default_ctx=4096)
         return cls(**base, rope=read_rope(r, n_rot, rope_mode, base["n_ctx_train"]),
                    attn_scale=1.0 / math.sqrt(base["head_dim_k"]), qk_norm=qk_norm or qk_norm_full,
                    qk_norm_full=qk_norm_full, qkv_bias=qkv_bias,
-                   **moe.read_moe_hparams(r, f, base, norm=expert_norm))
+                   **moe.read_moe_hparams(r, f, base, norm=expert_norm, required=moe_only))
 
     def tensor_shapes(self):
         """Per-layer tensor suffix -> shape, beyond the ones every family has (Model checks)."""

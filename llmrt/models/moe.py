@@ -13,14 +13,12 @@ Expert weights are merged 3-D tensors `ffn_{gate,up,down}_exps` ([n_embd, n_ff_e
 Whatever MoE feature a file asks for that llmrt does not run (merged gate+up experts, a
 selection bias, sigmoid gating, leading dense layers) is a ModelFormatError naming it.
 """
-import re
-
 import numpy as np
 
 from llmrt.errors import ModelFormatError
+from llmrt.gguf import SPLIT_EXPERT
 
 PROJ = ("gate", "up", "down")
-_SPLIT = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)\.(\d+)\.weight$")
 # tensors of MoE variants llmrt does not run (llama.cpp names)
 _UNSUPPORTED_TENSORS = {
     "ffn_gate_up_exps": "experts with merged gate+up tensors",
@@ -29,12 +27,15 @@ _UNSUPPORTED_TENSORS = {
 }
 
 
-def read_moe_hparams(r, f, fields: dict, norm: bool) -> dict:
+def read_moe_hparams(r, f, fields: dict, norm: bool, required: bool = False) -> dict:
     """The MoE fields of a family's HParams from `{arch}.expert_*` keys (and tensor shapes),
-    checked; {} keeps a dense model dense."""
+    checked; {} keeps a dense model dense (a ModelFormatError when the architecture is MoE
+    only: `required`)."""
     n_expert = r.get("expert_count", 0, kind=int)
     n_used = r.get("expert_used_count", 0, kind=int)
     if n_expert == 0:
+        if required:
+            raise ModelFormatError(f"{r.where}: {r.arch} needs {r.arch}.expert_count (got none)")
         if n_used:
             raise ModelFormatError(f"{r.where}: {r.arch}.expert_used_count is {n_used} but there "
                                    f"is no {r.arch}.expert_count")
@@ -106,7 +107,7 @@ def stack_split_experts(f, hp, replaced=None) -> dict:
         return {}
     split = {}
     for name in f.tensors:
-        m = _SPLIT.match(name)
+        m = SPLIT_EXPERT.match(name)
         if m:
             split.setdefault((int(m.group(1)), m.group(2)), {})[int(m.group(3))] = f.tensors[name]
     out = {}

@@ -3,7 +3,6 @@ projections (not per head) before NeoX RoPE, and a mixture-of-experts FFN in eve
 softmax router, top-k not renormalised (norm_topk_prob = false), no shared expert (moe.py)."""
 from llmrt.models import llama
 from llmrt.models.common import ROPE_NEOX
-from llmrt.errors import ModelFormatError
 
 can_shift = True
 
@@ -11,10 +10,7 @@ can_shift = True
 class HParams(llama.HParams):
     @classmethod
     def from_gguf(cls, f):
-        hp = super().from_gguf(f, rope_mode=ROPE_NEOX, qk_norm_full=True, expert_norm=False)
-        if not hp.n_expert:
-            raise ModelFormatError(f"{f.path}: olmoe needs olmoe.expert_count (got none)")
-        return hp
+        return super().from_gguf(f, rope_mode=ROPE_NEOX, qk_norm_full=True, expert_norm=False, moe_only=True)
 
 
 required_tensors = llama.required_tensors

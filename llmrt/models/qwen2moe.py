@@ -3,7 +3,6 @@ NeoX RoPE) with a mixture-of-experts FFN in every layer: softmax router, top-k N
 plus a shared expert scaled by sigmoid(ffn_gate_inp_shexp · h) (moe.py)."""
 from llmrt.models import llama
 from llmrt.models.common import ROPE_NEOX
-from llmrt.errors import ModelFormatError
 
 can_shift = True
 
@@ -11,10 +10,7 @@ can_shift = True
 class HParams(llama.HParams):
     @classmethod
     def from_gguf(cls, f):
-        hp = super().from_gguf(f, rope_mode=ROPE_NEOX, qkv_bias=True, expert_norm=False)
-        if not hp.n_expert:
-            raise ModelFormatError(f"{f.path}: qwen2moe needs qwen2moe.expert_count (got none)")
-        return hp
+        return super().from_gguf(f, rope_mode=ROPE_NEOX, qkv_bias=True, expert_norm=False, moe_only=True)
 
 
 required_tensors = llama.required_tensors

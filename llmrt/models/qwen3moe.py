@@ -4,7 +4,6 @@ renormalised (norm_topk_prob, which llama.cpp always applies for this architectu
 expert (moe.py)."""
 from llmrt.models import llama
 from llmrt.models.common import ROPE_NEOX
-from llmrt.errors import ModelFormatError
 
 can_shift = True
 
@@ -12,10 +11,7 @@ can_shift = True
 class HParams(llama.HParams):
     @classmethod
     def from_gguf(cls, f):
-        hp = super().from_gguf(f, rope_mode=ROPE_NEOX, qk_norm=True, expert_norm=True)
-        if not hp.n_expert:
-            raise ModelFormatError(f"{f.path}: qwen3moe needs qwen3moe.expert_count (got none)")
-        return hp
+        return super().from_gguf(f, rope_mode=ROPE_NEOX, qk_norm=True, expert_norm=True, moe_only=True)
 
 
 required_tensors = llama.required_tensors
