@@ -75,6 +75,8 @@ struct llmrt_graph {
 
     pthread_mutex_t run_lock;    /* one run at a time per graph */
     llmrt_run_ctx ctx;           /* the current run */
+    llmrt_run_seq *seqs;         /* [max_tokens] the current run's sequences (ctx.seqs) */
+    int32_t *tok_seq;            /* [max_tokens] the sequence of each token (ctx.tok_seq) */
 };
 
 static const char *op_names[LLMRT_OP_COUNT] = {
@@ -115,6 +117,14 @@ llmrt_graph *llmrt_graph_new(int max_tokens, llmrt_threadpool *pool) {
     llmrt_graph *g = (llmrt_graph *)calloc(1, sizeof(*g));
     if (g == NULL) return NULL;
     g->max_tokens = max_tokens;
+    g->seqs = (llmrt_run_seq *)calloc((size_t)max_tokens, sizeof(*g->seqs));
+    g->tok_seq = (int32_t *)calloc((size_t)max_tokens, sizeof(*g->tok_seq));
+    if (g->seqs == NULL || g->tok_seq == NULL) {
+        free(g->seqs);
+        free(g->tok_seq);
+        free(g);
+        return NULL;
+    }
     g->pool = pool;
     g->output = -1;
     g->single_work = SINGLE_THREAD_WORK;
@@ -137,6 +147,8 @@ void llmrt_graph_free(llmrt_graph *g) {
     free(g->prof_wait_ns);
     for (int i = 0; i < g->n_rope_tabs; i++) free(g->rope_tabs[i]);
     free(g->rope_tabs);
+    free(g->seqs);
+    free(g->tok_seq);
     pthread_mutex_destroy(&g->run_lock);
     free(g);
 }
@@ -1042,7 +1054,8 @@ static void graph_worker(void *arg, int ith, int nth) {
 }
 
 /* Checks what would otherwise read or write out of bounds. */
-static int check_run(const llmrt_graph *g, const llmrt_graph_inputs *in, const llmrt_kv_cache *cache) {
+static int check_run(const llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache *const *caches,
+                     const int *n_tok, int n_seq) {
     if (!g->built || in == NULL || in->n < 1 || in->n > g->max_tokens) return LLMRT_EINVAL;
     if (g->inputs[LLMRT_INPUT_TOKENS] >= 0 && in->tokens == NULL) return LLMRT_EINVAL;
     if ((g->inputs[LLMRT_INPUT_POSITIONS] >= 0 || g->has_attention) && in->positions == NULL) {
@@ -1056,22 +1069,39 @@ static int check_run(const llmrt_graph *g, const llmrt_graph_inputs *in, const l
     }
     for (int i = 0; i < g->n_nodes; i++) {
         const llmrt_tensor *t = g->nodes[i];
-        if (t->op == LLMRT_OP_GET_ROWS) {
-            for (int j = 0; j < in->n; j++) {
-                if (in->tokens[j] < 0 || in->tokens[j] >= t->src[0]->ne[1]) return LLMRT_EINVAL;
-            }
-        } else if (t->op == LLMRT_OP_KV_STORE) {
-            const int l = t->op_params[0];
-            if (cache == NULL || l >= cache->n_layer) return LLMRT_EINVAL;
-            if (cache->n_head_kv[l] != t->src[0]->ne[1] || cache->hd_k[l] != t->src[0]->ne[0] ||
-                cache->hd_v[l] != t->src[1]->ne[0]) {
-                return LLMRT_EINVAL;
-            }
+        if (t->op != LLMRT_OP_GET_ROWS) continue;
+        for (int j = 0; j < in->n; j++) {
+            if (in->tokens[j] < 0 || in->tokens[j] >= t->src[0]->ne[1]) return LLMRT_EINVAL;
         }
     }
-    if (g->has_attention) {
-        if (cache == NULL || cache->n_pending != in->n || cache->n_used + in->n > cache->n_ctx) {
+    if (!g->has_attention) return LLMRT_OK;   /* (a graph without attention ignores caches) */
+    /* sequences: each a distinct cache holding a reservation of exactly its tokens, together
+     * the run's n tokens, all of the first one's type */
+    if (caches == NULL || n_tok == NULL || n_seq < 1 || n_seq > in->n) return LLMRT_EINVAL;
+    int total = 0;
+    for (int s = 0; s < n_seq; s++) {
+        const llmrt_kv_cache *c = caches[s];
+        if (c == NULL || n_tok[s] < 1 || c->n_pending != n_tok[s] || c->n_used + n_tok[s] > c->n_ctx ||
+            c->type != caches[0]->type) {
             return LLMRT_EINVAL;
+        }
+        for (int r = 0; r < s; r++) {
+            if (caches[r] == c) return LLMRT_EINVAL;
+        }
+        total += n_tok[s];
+    }
+    if (total != in->n) return LLMRT_EINVAL;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const llmrt_tensor *t = g->nodes[i];
+        if (t->op == LLMRT_OP_KV_STORE) {
+            const int l = t->op_params[0];
+            for (int s = 0; s < n_seq; s++) {
+                const llmrt_kv_cache *c = caches[s];
+                if (l >= c->n_layer || c->n_head_kv[l] != t->src[0]->ne[1] || c->hd_k[l] != t->src[0]->ne[0] ||
+                    c->hd_v[l] != t->src[1]->ne[0]) {
+                    return LLMRT_EINVAL;
+                }
+            }
         }
     }
     return LLMRT_OK;
@@ -1079,12 +1109,14 @@ static int check_run(const llmrt_graph *g, const llmrt_graph_inputs *in, const l
 
 /* Attention's scratch depends on the cache's size (llama.cpp's padded n_kv), known only at run
  * time: grow the per-thread scratch when a run needs more (once per larger cache, never per token). */
-static int ensure_wsize(llmrt_graph *g, const llmrt_kv_cache *cache) {
-    if (!g->has_attention || cache == NULL) return LLMRT_OK;
+static int ensure_wsize(llmrt_graph *g, llmrt_kv_cache *const *caches, int n_seq) {
+    if (!g->has_attention) return LLMRT_OK;
+    int n_ctx = 0;
+    for (int s = 0; s < n_seq; s++) n_ctx = caches[s]->n_ctx > n_ctx ? caches[s]->n_ctx : n_ctx;
     size_t ws = g->wstride;
     for (int i = 0; i < g->n_nodes; i++) {
         if (g->nodes[i]->op != LLMRT_OP_ATTENTION) continue;
-        const size_t w = llmrt_attention_wsize_run(g->nodes[i], cache->n_ctx);
+        const size_t w = llmrt_attention_wsize_run(g->nodes[i], n_ctx);
         if (w > ws) ws = w;
     }
     if (ws <= g->wstride) return LLMRT_OK;
@@ -1098,10 +1130,11 @@ static int ensure_wsize(llmrt_graph *g, const llmrt_kv_cache *cache) {
     return LLMRT_OK;
 }
 
-int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache *cache, float *out) {
+int llmrt_graph_run_seqs(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache *const *caches,
+                         const int *n_tok, int n_seq, float *out) {
     pthread_mutex_lock(&g->run_lock);
-    int rc = check_run(g, in, cache);
-    if (rc == LLMRT_OK) rc = ensure_wsize(g, cache);
+    int rc = check_run(g, in, caches, n_tok, n_seq);
+    if (rc == LLMRT_OK) rc = ensure_wsize(g, caches, n_seq);
     if (rc != LLMRT_OK || out == NULL) {
         pthread_mutex_unlock(&g->run_lock);
         return rc != LLMRT_OK ? rc : LLMRT_EINVAL;
@@ -1121,14 +1154,33 @@ int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache
     g->ctx.n = in->n;
     g->ctx.n_out = n_out;
     g->ctx.positions = in->positions;
-    g->ctx.cache = g->has_attention ? cache : NULL;
+    g->ctx.cache = NULL;
     g->ctx.kv_first = 0;
     g->ctx.kv_cells = 0;
+    g->ctx.n_seq = 0;
+    g->ctx.seqs = g->seqs;
+    g->ctx.tok_seq = g->tok_seq;
     g->ctx.kt = llmrt_kernels();
     if (g->has_attention) {
-        g->ctx.kv_first = cache->first;
-        g->ctx.kv_cells = llmrt_kv_cache_n_cells(cache);
-        for (int i = 0; i < in->n; i++) cache->pos[cache->first + i] = in->positions[i];
+        int tok0 = 0;
+        for (int s = 0; s < n_seq; s++) {
+            llmrt_kv_cache *c = caches[s];
+            llmrt_run_seq *sq = &g->seqs[s];
+            sq->cache = c;
+            sq->tok0 = tok0;
+            sq->n = n_tok[s];
+            sq->kv_first = c->first;
+            sq->kv_cells = llmrt_kv_cache_n_cells(c);
+            for (int i = 0; i < n_tok[s]; i++) {
+                c->pos[c->first + i] = in->positions[tok0 + i];
+                g->tok_seq[tok0 + i] = s;
+            }
+            tok0 += n_tok[s];
+        }
+        g->ctx.n_seq = n_seq;
+        g->ctx.cache = caches[0];
+        g->ctx.kv_first = g->seqs[0].kv_first;
+        g->ctx.kv_cells = g->seqs[0].kv_cells;
     }
     for (int i = 0; i < g->n_nodes; i++) atomic_store(&g->counters[i], 0);
     if (in->n != g->plan_n || n_out != g->plan_n_out) plan_run(g, in->n, n_out);
@@ -1138,12 +1190,19 @@ int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache
 
     const llmrt_tensor *y = g->tensors[g->output];
     memcpy(out, y->data, y->nb[y->tok_dim] * (size_t)y->ne[y->tok_dim]);
-    if (g->has_attention) llmrt_kv_cache_commit(cache, in->n);
+    if (g->has_attention) {
+        for (int s = 0; s < n_seq; s++) llmrt_kv_cache_commit(caches[s], n_tok[s]);
+    }
     for (int w = 0; w < LLMRT_INPUT_COUNT; w++) {
         if (g->inputs[w] >= 0) g->tensors[g->inputs[w]]->data = NULL;  /* not ours to keep */
     }
     pthread_mutex_unlock(&g->run_lock);
     return LLMRT_OK;
+}
+
+int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache *cache, float *out) {
+    const int n = in != NULL ? in->n : 0;
+    return llmrt_graph_run_seqs(g, in, cache != NULL ? &cache : NULL, &n, cache != NULL ? 1 : 0, out);
 }
 
 /* ---- inspection -------------------------------------------------------------------------- */

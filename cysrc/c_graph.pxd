@@ -171,6 +171,8 @@ cdef extern from "llmrt/graph.h" nogil:
     int llmrt_graph_build(llmrt_graph *g)
     int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *inp, llmrt_kv_cache *cache,
                         float *out)
+    int llmrt_graph_run_seqs(llmrt_graph *g, const llmrt_graph_inputs *inp, llmrt_kv_cache **caches,
+                             const int *n_tok, int n_seq, float *out)
 
     const llmrt_tensor *llmrt_graph_tensor(const llmrt_graph *g, int id)
     int llmrt_graph_n_tensors(const llmrt_graph *g)

@@ -6,6 +6,7 @@
 # Graph.run validates the run's inputs, releases the GIL and returns a new float32 array.
 from c_graph cimport *
 from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 # ggml type ids used here (the full list is llmrt.h's llmrt_type)
@@ -973,6 +974,106 @@ cdef class Graph:
             rc = llmrt_graph_run(self.g, &inp, cptr, &ov[0])
         if rc < 0:
             raise RuntimeError(f"[run] failed with status {rc}")
+        return out
+
+    def run_seqs(self, tokens, positions, out_rows, caches, counts):
+        """Run one batch of several sequences (continuous batching, graph.h llmrt_graph_run_seqs):
+        the tokens are len(caches) groups in order, group s being counts[s] tokens of the
+        sequence whose KV cache is caches[s] (distinct caches; each prepared for exactly its
+        count, or not prepared: then it is here). Weights are read once for the whole batch;
+        each token's attention reads only its own sequence's cache. Returns the rows of
+        out_rows (e.g. each sequence's last token), as run()."""
+        if not llmrt_graph_is_built(self.g):
+            raise RuntimeError("[run_seqs] call build() first")
+        if not self._attn:
+            raise ValueError("[run_seqs] the graph has no attention: use run()")
+        caches = list(caches)
+        cnt = self._int32(counts, "counts")
+        cdef int n_seq = len(caches)
+        if n_seq < 1 or cnt.shape[0] != n_seq:
+            raise ValueError(f"[run_seqs] {n_seq} caches and {cnt.shape[0]} counts: need one count per "
+                             f"cache, at least one")
+        if cnt.min() < 1:
+            raise ValueError(f"[run_seqs] every sequence needs >= 1 token, got counts {cnt.tolist()}")
+        pos_a = self._int32(positions, "positions")
+        cdef int n = pos_a.shape[0]
+        if n < 1 or n > self.max_tokens:
+            raise ValueError(f"[run_seqs] n ({n}) must be in [1, max_tokens = {self.max_tokens}]")
+        if int(cnt.sum()) != n:
+            raise ValueError(f"[run_seqs] counts sum to {int(cnt.sum())}, the batch has {n} tokens")
+        tok_a = self._int32(tokens, "tokens", n)
+        if self._vocab >= 0 and (tok_a.min() < 0 or tok_a.max() >= self._vocab):
+            raise ValueError(f"[run_seqs] token ids must be in [0, {self._vocab}), got "
+                             f"[{tok_a.min()}, {tok_a.max()}]")
+        cdef int max_out = llmrt_graph_max_out(self.g)
+        if llmrt_graph_input_id(self.g, LLMRT_INPUT_OUT_ROWS) < 0:
+            raise ValueError("[run_seqs] the graph keeps every row: build it with input_out_rows()")
+        rows_a = self._int32(out_rows, "out_rows")
+        if not 1 <= rows_a.shape[0] <= max_out:
+            raise ValueError(f"[run_seqs] out_rows has {rows_a.shape[0]} entries, must be in "
+                             f"[1, max_out = {max_out}]")
+        if rows_a.min() < 0 or rows_a.max() >= n:
+            raise ValueError(f"[run_seqs] out_rows must be in [0, n = {n}), got "
+                             f"[{rows_a.min()}, {rows_a.max()}]")
+        if len(set(map(id, caches))) != n_seq:
+            raise ValueError("[run_seqs] a cache appears twice: each sequence needs its own")
+        cdef KVCache kc
+        dtype = None
+        for s in range(n_seq):
+            if not isinstance(caches[s], KVCache):
+                raise ValueError(f"[run_seqs] caches[{s}] must be a KVCache, got {type(caches[s]).__name__}")
+            kc = <KVCache>caches[s]
+            for shape in self._attn:
+                self._check_cache_layer(kc, shape, "run_seqs")
+            if dtype is None:
+                dtype = kc.c.type
+            elif kc.c.type != dtype:
+                raise ValueError("[run_seqs] the caches must all have the same dtype")
+            if kc.c.n_pending != 0 and kc.c.n_pending != cnt[s]:
+                raise ValueError(f"[run_seqs] caches[{s}] has {kc.c.n_pending} cells prepared, its "
+                                 f"sequence has {cnt[s]} tokens")
+        prepared = []
+        try:
+            for s in range(n_seq):
+                kc = <KVCache>caches[s]
+                if kc.c.n_pending == 0:
+                    kc.prepare(int(cnt[s]))
+                    prepared.append(kc)
+        except BaseException:
+            for kc in prepared:         # leave no reservation behind
+                llmrt_kv_cache_truncate(kc.c, kc.c.n_used)
+            raise
+
+        cdef const llmrt_tensor *y = llmrt_graph_tensor(self.g, llmrt_graph_output(self.g))
+        shape = [rows_a.shape[0]] + [y.ne[d] for d in range(y.tok_dim - 1, -1, -1)]
+        out = np.empty(shape, dtype=np.float32)
+        cdef int32_t[::1] tv = tok_a
+        cdef int32_t[::1] pv = pos_a
+        cdef int32_t[::1] rv = rows_a
+        cdef int32_t[::1] cv = cnt
+        cdef float[::1] ov = out.reshape(-1)
+        cdef llmrt_graph_inputs inp
+        inp.n = n
+        inp.tokens = &tv[0]
+        inp.positions = &pv[0]
+        inp.n_out = rows_a.shape[0]
+        inp.out_rows = &rv[0]
+        cdef llmrt_kv_cache **cps = <llmrt_kv_cache **>malloc(n_seq * sizeof(llmrt_kv_cache *))
+        cdef int *nts = <int *>malloc(n_seq * sizeof(int))
+        if cps == NULL or nts == NULL:
+            free(cps)
+            free(nts)
+            raise MemoryError("[run_seqs] out of memory")
+        for s in range(n_seq):
+            cps[s] = (<KVCache>caches[s]).c
+            nts[s] = cv[s]
+        cdef int rc
+        with nogil:
+            rc = llmrt_graph_run_seqs(self.g, &inp, cps, nts, n_seq, &ov[0])
+        free(cps)
+        free(nts)
+        if rc < 0:
+            raise RuntimeError(f"[run_seqs] failed with status {rc}")
         return out
 
     # ---- inspection -------------------------------------------------------------------------

@@ -209,6 +209,23 @@ def encode_chat(tokenizer, text: str) -> list[int]:
     return ids
 
 
+def auto_keep(tokenizer, template: ChatTemplate, system: str | None, ids: Sequence[int]) -> int:
+    """n_keep "auto" for a conversation whose prompt ids are `ids`: BOS plus the system prompt
+    (the ids `ids` shares with the rendering of the system message alone); 4 (StreamingLLM's
+    sinks) when there is neither."""
+    bos = getattr(tokenizer, "bos_id", None)
+    has_bos = bos is not None and bos >= 0 and bool(ids) and ids[0] == bos
+    n = 1 if has_bos else 0
+    if system is not None:
+        try:
+            sys_ids = encode_chat(tokenizer, template.render(
+                [{"role": "system", "content": system}], add_generation_prompt=False))
+            n = max(n, _common_prefix(sys_ids, list(ids)))
+        except ValueError:              # a template that wants a user turn after the system one
+            pass
+    return n if n > 0 else 4
+
+
 # ---- conversation ------------------------------------------------------------------------------
 
 class ChatSession:
@@ -280,18 +297,7 @@ class ChatSession:
         if self.n_keep != "auto" or not hasattr(sess, "n_keep") or \
                 getattr(sess, "kv_mode", None) == "window":
             return
-        bos = getattr(self.tokenizer, "bos_id", None)
-        has_bos = bos is not None and bos >= 0 and bool(ids) and ids[0] == bos
-        n = 1 if has_bos else 0
-        if self.system is not None:
-            try:
-                sys_ids = encode_chat(self.tokenizer, self.template.render(
-                    [{"role": "system", "content": self.system}], add_generation_prompt=False))
-                n = max(n, _common_prefix(sys_ids, ids))
-            except ValueError:          # a template that wants a user turn after the system one
-                pass
-        if n == 0:
-            n = 4                       # no BOS, no system prompt: StreamingLLM's 4 sinks
+        n = auto_keep(self.tokenizer, self.template, self.system, ids)
         room = sess.n_ctx - n
         if room < 1:
             raise ValueError(f"[chat] the system prompt takes {n} tokens (pinned with --n-keep auto) "

@@ -573,3 +573,61 @@ def quantize(input_path, output_path, qtype, threads):
         raise FileNotFoundError(f"no such file: {input_path}")
     r = quantize_file(input_path, output_path, qtype, n_threads=threads or physical_core_count())
     _log(r.summary())
+
+
+@main.command()
+@click.argument("model", required=False)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8080, show_default=True, help="Port to listen on.")
+@click.option("-np", "--parallel", type=int, default=4, show_default=True,
+              help="Slots: conversations decoded together, each with its own streaming cache.")
+@click.option("-c", "--ctx-size", type=int, default=None,
+              help="Cells of each slot's streaming cache (default: the model's context).")
+@click.option("--n-keep", "--keep", "n_keep", default="auto", show_default=True, metavar="N|auto",
+              help="Tokens pinned in a new conversation's cache: an integer, or auto = BOS plus "
+                   "the system prompt (at most half the context).")
+@click.option("--n-discard", type=int, default=-1, show_default=True,
+              help="Tokens evicted after the pinned ones when a slot's cache is full (-1: half).")
+@click.option("-b", "--batch-size", "n_batch", type=int, default=256, show_default=True,
+              help="Prompt tokens prefilled per step between decode steps.")
+@click.option("-n", "--n-predict", type=int, default=-1, show_default=True,
+              help="max_tokens of a request that sets none (-1: until end of generation).")
+@click.option("--max-queue", type=int, default=64, show_default=True,
+              help="Requests that may wait for a slot; more get 503 with Retry-After.")
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Seconds a request may wait for a slot (then 503).")
+@click.option("--chat-template", default=None, metavar="FILE",
+              help="Jinja chat template file (or a built-in: chatml, gemma, llama2, llama3) "
+                   "instead of the model's.")
+@click.option("-a", "--alias", default=None, help="Model name in the API (default: the file name).")
+@click.option("--max-body-bytes", type=int, default=4 << 20, show_default=True,
+              help="Largest request body accepted (413 above).")
+@_THREADS_OPTION
+@_wq_options
+@friendly_errors
+def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, n_predict, max_queue,
+          timeout, chat_template, alias, max_body_bytes, threads, wq):
+    """Serve MODEL (default: smollm2-135m-instruct) over an OpenAI-compatible HTTP API:
+    /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics. Needs the serve extra:
+    pip install "llmrt[serve]"."""
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import sse_starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"llmrt serve needs the serve extra ({e.name} is missing): "
+                         f'pip install "llmrt[serve]"') from None
+    import logging
+
+    from llmrt.server import serve as run_server
+
+    keep = _parse_keep(n_keep, "auto")
+    if parallel < 1:
+        raise click.BadParameter(f"must be >= 1, got {parallel}", param_hint="--parallel")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    m = _load_model(model, threads, ctx_size, wq)
+    run_server(None, model=m, host=host, port=port, parallel=parallel, ctx_size=ctx_size, n_keep=keep,
+               n_discard=n_discard, n_batch=n_batch, max_queue=max_queue, timeout=timeout,
+               n_predict=n_predict, chat_template=chat_template, alias=alias,
+               max_body_bytes=max_body_bytes)

@@ -233,6 +233,18 @@ class Session:
         log.debug("llmrt: kv cache %s: evicted %d tokens after %d sinks (%d evictions, %d tokens in all)",
                   self._mode, d, k, self.n_shifts, self.n_evicted)
 
+    def make_room(self, m: int):
+        """Evict (as eval does) until m new tokens fit in the cache at once; m must be at most
+        ctx_size - n_keep. A multi-sequence batch (Model.eval_sessions) calls it per session."""
+        if m > self.n_ctx - self._n_keep:
+            raise ValueError(f"{m} tokens cannot fit at once in a cache of {self.n_ctx} with "
+                             f"{self._n_keep} pinned (n_keep)")
+        if self._mode == "none" and self.n_past + m > self.n_ctx:
+            raise ValueError(
+                f"context full: {self.n_past} tokens in the cache + {m} new > ctx_size {self.n_ctx}")
+        while self.n_past + m > self.n_ctx:
+            self._evict()
+
     def eval(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
         """Append `ids` to the cache, evicting as needed (see the class doc). Returns the logits
         of the last id ([n_vocab]), or of every id ([len(ids), n_vocab]) with all_logits."""
@@ -419,17 +431,22 @@ class Model:
 
     # ---- graphs ----------------------------------------------------------------------------
 
-    def _graph(self, n: int, all_logits: bool):
+    def _graph(self, n: int, all_logits: bool, n_out: int = 1):
+        """The graph for a batch of n tokens: every row's logits (all_logits), or n_out picked
+        rows (1: the last token; more: one per sequence of a multi-sequence batch)."""
         cap = next((b for b in BATCH_BUCKETS if b >= n), N_BATCH)
-        key = (cap, all_logits)
+        kind = True if all_logits else (1 if n_out <= 1 else
+                                         next((b for b in BATCH_BUCKETS if b >= n_out), N_BATCH))
+        key = (cap, kind)
         g = self._graphs.get(key)
         if g is None:
             g = _core.Graph(cap, self.n_threads, packs=self._packs, pack=self._pack)
-            self.family.build_graph(g, self.hparams, _Weights(g, self.gguf, self._replaced), None, all_logits)
+            self.family.build_graph(g, self.hparams, _Weights(g, self.gguf, self._replaced), None,
+                                    kind if kind is True or kind > 1 else False)
             g.build()
             self._graphs[key] = g
-            log.debug("built graph for batch <= %d (all_logits=%s): %d nodes, arena %.1f MiB",
-                      cap, all_logits, g.n_nodes, g.arena_bytes / 2**20)
+            log.debug("built graph for batch <= %d (logits: %s): %d nodes, arena %.1f MiB",
+                      cap, "all" if kind is True else f"<= {kind} rows", g.n_nodes, g.arena_bytes / 2**20)
         return g
 
     # ---- running ---------------------------------------------------------------------------
@@ -440,6 +457,40 @@ class Model:
         n_keep pinned sinks, n_discard evicted per eviction (-1: half), kv_mode shift |
         recompute | window | none."""
         return Session(self, ctx_size, n_keep=n_keep, n_discard=n_discard, kv_mode=kv_mode)
+
+    def eval_sessions(self, sessions: Sequence[Session], ids: Sequence[Sequence[int]]) -> np.ndarray:
+        """Continuous batching: append ids[s] to sessions[s] for every s in ONE graph run (the
+        weights are read once for all of them; each token attends only to its own session's
+        cache) and return the logits of each session's last new id, [len(sessions), n_vocab].
+
+        Each session first makes room as its eval would (its own n_keep / n_discard / shift);
+        all the ids together must fit one batch (N_BATCH tokens), each session's at once in its
+        cache. Sessions must be distinct and of this model."""
+        sessions = list(sessions)
+        if len(sessions) != len(ids) or not sessions:
+            raise ValueError(f"eval_sessions: {len(sessions)} sessions and {len(ids)} id lists")
+        if len({id(s) for s in sessions}) != len(sessions):
+            raise ValueError("eval_sessions: a session appears twice")
+        arrs = [self._check_ids(x) for x in ids]
+        counts = [len(a) for a in arrs]
+        total = sum(counts)
+        if total > N_BATCH:
+            raise ValueError(f"eval_sessions: {total} tokens in all, more than one batch ({N_BATCH})")
+        for s in sessions:
+            if s.model is not self:
+                raise ValueError("eval_sessions: a session of another model")
+        for s, m in zip(sessions, counts):
+            s.make_room(m)
+        if len(sessions) == 1:
+            return sessions[0].eval(arrs[0])[None, :]
+        pos = np.concatenate([np.arange(s.n_past + s.cache.pos_offset, s.n_past + s.cache.pos_offset + m,
+                                        dtype=np.int32) for s, m in zip(sessions, counts)])
+        rows = np.cumsum(counts, dtype=np.int64).astype(np.int32) - 1
+        g = self._graph(total, False, n_out=len(sessions))
+        logits = g.run_seqs(np.concatenate(arrs), pos, rows, [s.cache for s in sessions], counts)
+        for s, a in zip(sessions, arrs):
+            s.tokens.extend(a.tolist())
+        return logits
 
     def __call__(self, ids) -> np.ndarray:
         """Teacher-forced logits of every position, from an empty cache: [len(ids), n_vocab]."""

@@ -37,15 +37,16 @@
 void llmrt_compute_kv_store(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const llmrt_tensor *k = dst->src[0];
     const llmrt_tensor *v = dst->src[1];
-    llmrt_kv_cache *cache = p->ctx->cache;
     const int l = dst->op_params[0];
     const int64_t n = k->ne[2];
     const int64_t nk = k->ne[0] * k->ne[1]; /* floats per token */
     const int64_t nv = v->ne[0] * v->ne[1];
-    const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
-    const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
     for (int64_t i = llmrt_claim(p); i < n; i = llmrt_claim(p)) {
-        const int64_t cell = p->ctx->kv_first + i;
+        const llmrt_run_seq *sq = llmrt_token_seq(p->ctx, i); /* the token's own sequence's cache */
+        llmrt_kv_cache *cache = sq->cache;
+        const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
+        const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
+        const int64_t cell = sq->kv_first + (i - sq->tok0);
         const float *ks = (const float *)((const char *)k->data + i * k->nb[2]);
         const float *vs = (const float *)((const char *)v->data + i * v->nb[2]);
         char *kd = (char *)cache->k[l] + (size_t)cell * kcell;
@@ -352,18 +353,22 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     const size_t esize = is_f16 ? sizeof(llmrt_fp16_t) : sizeof(float);
     const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
     const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
-    const int32_t *cpos = cache->pos;
     const llmrt_quant_row_fn to_f16 = kt->quant_row[LLMRT_TYPE_F16]; /* round to nearest even */
     /* row-by-row P.V (same operations as the column dots) when this level has it for `dot` */
     const llmrt_attn_pv_fn pv = kt->attn_pv[T] != NULL && kt->attn_pv_dot[T] == dot && hd_v % 8 == 0
                                     ? kt->attn_pv[T] : NULL;
     const llmrt_attn_qk_fn qk = kt->attn_qk[T] != NULL && kt->attn_qk_dot[T] == dot ? kt->attn_qk[T] : NULL;
-    const int64_t n_valid = p->ctx->kv_cells; /* every live cell and this run's are below */
-    const int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);   /* as llama.cpp for this ubatch */
+    /* the cache of the token's sequence (all the run's caches have the same shapes and type):
+     * every live cell and this run's are below n_valid; n_kv as llama.cpp for this ubatch */
+    const llmrt_kv_cache *seq_cache = cache;
+    const int32_t *cpos = cache->pos;
+    int64_t n_valid = p->ctx->kv_cells;
+    int64_t n_kv = llmrt_attention_n_kv(n_valid - 1);
 
-    /* a prefill over an f16 cache: tiled over tokens when that leaves a few chunks per thread and
-     * a chunk has at least 8 rows (transposing V costs about as much as 8 rows of P.V) */
-    if (is_f16 && pv != NULL && kt->attn_dots[T] != NULL && kt->attn_dots_dot[T] == dot) {
+    /* a one-sequence prefill over an f16 cache: tiled over tokens when that leaves a few chunks
+     * per thread and a chunk has at least 8 rows (transposing V costs about as much as 8 rows of
+     * P.V) */
+    if (p->ctx->n_seq == 1 && is_f16 && pv != NULL && kt->attn_dots[T] != NULL && kt->attn_dots_dot[T] == dot) {
         const int64_t TB = group < RMAX ? RMAX / group : 1;
         if ((n + TB - 1) / TB * n_head_kv >= 4 * (int64_t)p->nth && (n < TB ? n : TB) * group >= 8) {
             attention_tiled(p, dst, kt->attn_dots[T], qk, TB, n_kv);
@@ -386,6 +391,19 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
     int64_t last_i = -1, lo = 0, hi = -1; /* token whose visible range lo..hi is known */
     for (int64_t c = llmrt_claim(p); c < n * per_tok; c = llmrt_claim(p)) {
         const int64_t i = n - 1 - c / per_tok;
+        if (p->ctx->n_seq > 1) { /* several sequences: token i reads its own one's cache */
+            const llmrt_run_seq *sq = llmrt_token_seq(p->ctx, i);
+            if (sq->cache != seq_cache) {
+                seq_cache = sq->cache;
+                cpos = seq_cache->pos;
+                n_valid = sq->kv_cells;
+                n_kv = llmrt_attention_n_kv(n_valid - 1); /* the scratch fits the largest cache's */
+                w = (float *)(ws + align64((size_t)G * (size_t)hd_k * sizeof(float)));
+                pc = (char *)w + align64((size_t)G * (size_t)n_kv * sizeof(float));
+                kscr = (char *)pc + align64((size_t)G * (size_t)n_kv * sizeof(float));
+                last_i = -1;
+            }
+        }
         const int64_t kh = c % per_tok / n_sub;
         const int64_t h0 = kh * group + c % n_sub * G;              /* first head of the chunk */
         const int64_t nh = kh * group + group - h0 < G ? kh * group + group - h0 : G;
@@ -399,8 +417,8 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
                 memcpy((float *)qc + j * hd_k, qv, (size_t)hd_k * sizeof(float));
             }
         }
-        const char *kbase = (const char *)cache->k[l] + (size_t)kh * (size_t)hd_k * esize;
-        const char *vbase = (const char *)cache->v[l] + (size_t)kh * (size_t)hd_v * esize;
+        const char *kbase = (const char *)seq_cache->k[l] + (size_t)kh * (size_t)hd_k * esize;
+        const char *vbase = (const char *)seq_cache->v[l] + (size_t)kh * (size_t)hd_v * esize;
 
         /* lo..hi: the first and last unmasked cell (causal by stored position, sliding window);
          * the same for every head of token i */

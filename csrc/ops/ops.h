@@ -21,16 +21,33 @@
 #include "llmrt/kv_cache.h"
 #include "llmrt/llmrt.h"
 
+/* One sequence of a run: its tokens [tok0, tok0 + n) of the batch go to its own cache. */
+typedef struct {
+    llmrt_kv_cache *cache;
+    int tok0;                       /* the sequence's first token in the batch */
+    int n;                          /* its tokens in this run */
+    int kv_first;                   /* cache cell of its first token */
+    int kv_cells;                   /* cells attention reads: [0, kv_cells) (llmrt_kv_cache_n_cells) */
+} llmrt_run_seq;
+
 /* Shared by all threads of one run. */
 typedef struct {
     int n;                          /* tokens in this run */
     int n_out;                      /* picked output rows in this run */
     const int32_t *positions;       /* [n] */
-    llmrt_kv_cache *cache;          /* NULL if the graph has no attention */
-    int kv_first;                   /* cache cell of this run's token 0 */
-    int kv_cells;                   /* cells attention reads: [0, kv_cells) (llmrt_kv_cache_n_cells) */
+    llmrt_kv_cache *cache;          /* sequence 0's cache; NULL if the graph has no attention */
+    int kv_first;                   /* sequence 0's kv_first */
+    int kv_cells;                   /* sequence 0's kv_cells */
+    int n_seq;                      /* sequences in this run (1 for llmrt_graph_run) */
+    const llmrt_run_seq *seqs;      /* [n_seq] */
+    const int32_t *tok_seq;         /* [n] the sequence of each token */
     const llmrt_kernel_table *kt;
 } llmrt_run_ctx;
+
+/* The sequence of token i of the run. */
+static inline const llmrt_run_seq *llmrt_token_seq(const llmrt_run_ctx *ctx, int64_t i) {
+    return &ctx->seqs[ctx->n_seq == 1 ? 0 : ctx->tok_seq[i]];
+}
 
 /* One thread's view of one node. */
 typedef struct {

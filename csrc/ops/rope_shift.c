@@ -12,20 +12,26 @@ void llmrt_compute_kv_store_pre(const llmrt_compute_params *p, llmrt_tensor *dst
     const llmrt_tensor *x = dst->src[0];
     const llmrt_tensor *rope = dst->src[1];
     const llmrt_tensor *ff = dst->src[2];
-    llmrt_kv_cache *cache = p->ctx->cache;
     const int l = dst->op_params[0];
-    if (cache == NULL || cache->k_pre == NULL) return;
+    if (p->ctx->cache == NULL) return;
     const int64_t hd = x->ne[0], nkv = x->ne[1], n = x->ne[2];
     const size_t cell_floats = (size_t)hd * (size_t)nkv;
     for (int64_t c = llmrt_claim(p); c <= n; c = llmrt_claim(p)) {
-        if (c == n) {
+        if (c == n) { /* every streaming cache of the run learns the layer's key RoPE */
             llmrt_rope_params rp;
             llmrt_rope_params_from_node(rope, &rp);
-            llmrt_kv_cache_set_rope(cache, l, &rp, ff != NULL ? (const float *)ff->data : NULL);
+            for (int s = 0; s < p->ctx->n_seq; s++) {
+                llmrt_kv_cache *cache = p->ctx->seqs[s].cache;
+                if (cache->k_pre != NULL) {
+                    llmrt_kv_cache_set_rope(cache, l, &rp, ff != NULL ? (const float *)ff->data : NULL);
+                }
+            }
             continue;
         }
-        const int64_t cell = p->ctx->kv_first + c;
-        float *d = cache->k_pre[l] + (size_t)cell * cell_floats;
+        const llmrt_run_seq *sq = llmrt_token_seq(p->ctx, c);
+        if (sq->cache->k_pre == NULL) continue;    /* a cache without shift keeps no master keys */
+        const int64_t cell = sq->kv_first + (c - sq->tok0);
+        float *d = sq->cache->k_pre[l] + (size_t)cell * cell_floats;
         for (int64_t h = 0; h < nkv; h++) {
             const char *s = (const char *)x->data + c * x->nb[2] + h * x->nb[1];
             memcpy(d + (size_t)h * (size_t)hd, s, (size_t)hd * sizeof(float));

@@ -4,7 +4,10 @@ A family module defines:
     HParams            a dataclass of hyperparameters with `from_gguf(f: GGUFFile)`
     build_graph(g, hp, w, cache, all_logits)
                        builds the compute graph on `g` (llmrt._core.Graph): token ids in, logits
-                       out; `w(name)` returns the graph handle of a weight tensor
+                       out; `w(name)` returns the graph handle of a weight tensor. all_logits:
+                       True keeps every row; False the one row picked by input_out_rows (the
+                       last token); an int k > 1 up to k picked rows (one per sequence of a
+                       multi-sequence batch): `common.out_rows_cap(all_logits)`
     can_shift          whether its RoPE keys can be shifted in place (streaming cache)
 """
 import importlib
@@ -33,3 +36,4 @@ def get_family(arch: str, where: str = ""):
         raise ModelFormatError(
             f"{loc}unsupported architecture {shown}; llmrt supports: {', '.join(SUPPORTED_ARCHITECTURES)}")
     return importlib.import_module(f"llmrt.models.{mod}")
+

@@ -148,3 +148,8 @@ def read_base_hparams(f, default_eps: float, default_ctx: int):
         tied_output="output.weight" not in f.tensors,
     )
     return r, fields, n_rot
+
+
+def out_rows_cap(all_logits) -> int:
+    """Picked output rows of a graph built with `all_logits` False (1) or an int k (k)."""
+    return max(1, int(all_logits))

@@ -18,7 +18,7 @@ logit soft-capping in the sliding-window build.
 import math
 from dataclasses import dataclass
 
-from llmrt.models.common import ROPE_NEOX, DecoderHParams, read_base_hparams, read_rope
+from llmrt.models.common import ROPE_NEOX, DecoderHParams, out_rows_cap, read_base_hparams, read_rope
 
 can_shift = True
 
@@ -93,8 +93,8 @@ def build_graph(g, hp: HParams, w, cache, all_logits: bool):
         f = g.mul(g.rms_norm(f, hp.norm_eps), w(b + "post_ffw_norm.weight"))
         x = g.add(f, x)
 
-    if not all_logits:
-        x = g.get_rows_f32(x, g.input_out_rows(1))
+    if all_logits is not True:
+        x = g.get_rows_f32(x, g.input_out_rows(out_rows_cap(all_logits)))
     x = g.mul(g.rms_norm(x, hp.norm_eps), w("output_norm.weight"))
     out = w("token_embd.weight") if hp.tied_output else w("output.weight")
     logits = g.mul_mat(out, x)

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from llmrt.models import moe
-from llmrt.models.common import ROPE_NORM, DecoderHParams, read_base_hparams, read_rope
+from llmrt.models.common import ROPE_NORM, DecoderHParams, out_rows_cap, read_base_hparams, read_rope
 
 can_shift = True  # RoPE only on Q/K: cached keys can be re-rotated
 
@@ -123,8 +123,8 @@ def build_graph(g, hp: HParams, w, cache, all_logits: bool):
             f = g.glu(g.mul_mat(w(b + "ffn_gate.weight"), h), g.mul_mat(w(b + "ffn_up.weight"), h), "silu")
             x = g.add(x, g.mul_mat(w(b + "ffn_down.weight"), f))
 
-    if not all_logits:
-        x = g.get_rows_f32(x, g.input_out_rows(1))              # [n_embd, 1]: last token only
+    if all_logits is not True:
+        x = g.get_rows_f32(x, g.input_out_rows(out_rows_cap(all_logits)))   # [n_embd, n_out]
     x = g.mul(g.rms_norm(x, hp.norm_eps), w("output_norm.weight"))
     out = w("token_embd.weight") if hp.tied_output else w("output.weight")
     g.set_output(g.mul_mat(out, x))                              # [n_vocab, n_out]

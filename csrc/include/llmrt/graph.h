@@ -226,6 +226,15 @@ int llmrt_graph_build(llmrt_graph *g);
 int llmrt_graph_run(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache *cache,
                     float *out);
 
+/* Runs a batch of several sequences (continuous batching): the run's tokens are n_seq groups,
+ * in order, group s being n_tok[s] > 0 tokens of the sequence whose cache is caches[s] (distinct
+ * caches of equal shapes and type, each with a reservation of exactly n_tok[s] cells; the n_tok
+ * sum to in->n). Every node but attention sees one batch, so each weight is read once for all the
+ * sequences; KV_STORE writes a token into its own sequence's cache and ATTENTION reads only that
+ * cache. On success each cache commits its tokens. n_seq == 1 is llmrt_graph_run. */
+int llmrt_graph_run_seqs(llmrt_graph *g, const llmrt_graph_inputs *in, llmrt_kv_cache *const *caches,
+                         const int *n_tok, int n_seq, float *out);
+
 /* ---- inspection ---------------------------------------------------------------------------- */
 
 const llmrt_tensor *llmrt_graph_tensor(const llmrt_graph *g, int id);  /* NULL if out of range */

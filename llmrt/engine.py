@@ -1,0 +1,550 @@
+"""The serving engine: continuous batching over slots, each with its own streaming KV cache.
+No HTTP in here (llmrt/server.py is a thin layer over it); usable from Python directly:
+
+    engine = Engine(model, n_parallel=4, ctx_size=2048, n_keep=4)
+    req = engine.submit(prompt_ids, max_tokens=128, temperature=0.0, stop=["\\n\\n"])
+    for piece in req:                  # text as it is generated; any thread may iterate
+        print(piece, end="")
+    req.finish_reason, req.usage       # "stop" | "length" | "cancelled" | "error", token counts
+    engine.generate("Hello", max_tokens=32)   # blocking: submit + wait (many threads at once)
+    engine.close()
+
+Slots. Each of the n_parallel slots owns a Session (llmrt.model.Session): a streaming cache with
+its own n_keep / n_discard / shift, so every conversation runs unbounded in its own cache and
+a prompt longer than the context is fed through evictions, never refused. A slot keeps its
+tokens after its request ends.
+
+One engine thread runs the loop; each step:
+  1. admits queued requests (FIFO) to idle slots (see "Prefix cache"), drops cancelled ones;
+  2. prefills ONE chunk (at most n_batch tokens) of one admitted prompt, so streams that are
+     already running wait at most one chunk between tokens;
+  3. runs ONE decode step for every slot that has a sampled token to evaluate: one graph run
+     for all of them (Model.eval_sessions: the weights are read once per step, each token
+     attends only to its own slot's cache), then samples each slot's next token with its own
+     request's sampler, stop strings, end-of-generation ids and max_tokens.
+Batched decode rows are the same bits as decoding each sequence alone (the kernels are exact per
+row and per token: tests/test_engine.py), so a greedy request gets the same answer at any load.
+
+Prefix cache. A slot remembers every id fed to its cache since it was last reset (its history,
+evicted ids included). A request whose prompt starts with a slot's whole history continues that
+cache as it is: only the rest is prefilled, however many evictions happened (a conversation
+sent back turn after turn stays unbounded). Otherwise, if the slot never evicted, its cache is
+cut back to the longest common prefix (a shared system prompt). Requests go to the idle slot that
+reuses the most (a `conversation` key names a preferred slot first), else the least recently
+used one. The reused count is the request's usage.cached_tokens.
+
+Bad input raises ValueError from submit(); a full queue raises QueueFull (retry_after seconds);
+a request that waits longer than queue_timeout for a slot ends with finish_reason "error".
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+from llmrt.generation import _common_prefix, _Release, make_sampler
+from llmrt.model import N_BATCH
+
+log = logging.getLogger("llmrt")
+
+# tokens/s in the metrics: generated tokens over this many recent seconds
+_RATE_WINDOW = 10.0
+
+
+class QueueFull(RuntimeError):
+    """More requests than slots and queue places. retry_after: seconds to wait before retrying."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0          # prompt tokens the slot's cache already held (not prefilled)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Request:
+    """One generation in the engine. Iterate it for the text as it comes (blocks until the next
+    piece; raises RuntimeError if the request failed), or wait() for the end. cancel() stops it
+    (its slot is freed within one engine step). on_event, if set before the engine sees the
+    request, is called from the engine thread as on_event(kind, payload) for kind "text"
+    (payload: a str) and "done" (payload: None) instead of queueing them for iteration."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, prompt_ids: list, sampler, max_tokens: Optional[int], stop: list,
+                 ignore_eos: bool, conversation: Optional[str], n_keep: Optional[int]):
+        self.id = next(Request._ids)
+        self.prompt_ids = prompt_ids
+        self.sampler = sampler
+        self.max_tokens = max_tokens        # None: until an end-of-generation id or a stop
+        self.stop = stop
+        self.ignore_eos = ignore_eos
+        self.conversation = conversation
+        self.n_keep = n_keep
+        self.ids: list = []                 # generated ids (the end-of-generation id included)
+        self.text = ""                      # released text (stop strings cut off)
+        self.finish_reason: Optional[str] = None   # stop | length | cancelled | error
+        self.stop_matched: Optional[str] = None
+        self.error: Optional[str] = None
+        self.error_type: Optional[str] = None      # timeout (no slot in time) | internal | closed
+        self.usage = Usage(prompt_tokens=len(prompt_ids))
+        self.slot: Optional[int] = None
+        self.t_submit = time.monotonic()
+        self.t_first: Optional[float] = None       # first generated token
+        self.t_done: Optional[float] = None
+        self.on_event = None
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._cancel = threading.Event()
+        self._done = threading.Event()
+        self._engine = None
+
+    def __repr__(self):
+        return (f"Request({self.id}, prompt {len(self.prompt_ids)} ids, {len(self.ids)} generated, "
+                f"finish_reason={self.finish_reason!r})")
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def cancel(self):
+        """Stop this request: it ends with finish_reason "cancelled" within one engine step."""
+        self._cancel.set()
+        if self._engine is not None:
+            self._engine._wake()
+
+    def wait(self, timeout: Optional[float] = None) -> "Request":
+        """Block until the request ends (or timeout seconds pass: then TimeoutError)."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
+        return self
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            kind, payload = self._events.get()
+            if kind == "text":
+                yield payload
+            else:
+                if self.finish_reason == "error":
+                    raise RuntimeError(f"request {self.id} failed: {self.error}")
+                return
+
+    def _emit(self, kind: str, payload):
+        if kind == "text" and not payload:
+            return
+        cb = self.on_event
+        if cb is not None:
+            cb(kind, payload)
+        else:
+            self._events.put((kind, payload))
+
+
+class _Slot:
+    """A session and what the engine knows about it (touched by the engine thread only)."""
+
+    def __init__(self, i: int, session):
+        self.id = i
+        self.session = session
+        self.req: Optional[Request] = None
+        self.history: list = []         # every id fed to the cache since the last reset
+        self.last_logits = None         # logits after history[-1]
+        self.shifts0 = 0                # session.n_shifts at the last reset
+        self.pending: list = []         # prompt ids still to prefill
+        self.next_tok: Optional[int] = None    # sampled, not yet evaluated
+        self.prev_ids: list = []        # prompt + generated ids (repeat penalties)
+        self.rel: Optional[_Release] = None
+        self.conversation: Optional[str] = None
+        self.last_used = 0.0
+        self.admit_seq = 0
+
+    @property
+    def exact(self) -> bool:
+        """The cache holds exactly `history` (no eviction since the last reset)."""
+        return self.session.n_shifts == self.shifts0
+
+    def reset(self):
+        self.session.reset()
+        self.history = []
+        self.last_logits = None
+        self.shifts0 = self.session.n_shifts
+
+
+class Engine:
+    """Continuous batching over n_parallel slots (see the module doc).
+
+    ctx_size, n_keep, n_discard, kv_mode: each slot's streaming cache (Session's meaning;
+    ctx_size defaults to the model's). n_batch: prompt tokens prefilled per step. max_queue:
+    requests that may wait for a slot (more: QueueFull). queue_timeout: seconds a request may
+    wait for a slot. n_predict: max_tokens of a request that gives none (-1: no limit)."""
+
+    def __init__(self, model, n_parallel: int = 4, ctx_size: Optional[int] = None, n_keep: int = 4,
+                 n_discard: int = -1, kv_mode: str = "shift", n_batch: int = 256, max_queue: int = 64,
+                 queue_timeout: float = 600.0, n_predict: int = -1):
+        if int(n_parallel) < 1:
+            raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
+        if not 1 <= int(n_batch) <= N_BATCH:
+            raise ValueError(f"n_batch must be in [1, {N_BATCH}], got {n_batch}")
+        if int(max_queue) < 0:
+            raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        if not queue_timeout > 0:
+            raise ValueError(f"queue_timeout must be > 0, got {queue_timeout}")
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.n_batch = int(n_batch)
+        self.max_queue = int(max_queue)
+        self.queue_timeout = float(queue_timeout)
+        self.n_predict = int(n_predict)
+        self.slots = [_Slot(i, model.new_session(ctx_size, n_keep=n_keep, n_discard=n_discard,
+                                                 kv_mode=kv_mode)) for i in range(int(n_parallel))]
+        self.n_ctx = self.slots[0].session.n_ctx
+        self.n_keep = self.slots[0].session.n_keep
+        self._eog = frozenset(self.tokenizer.eog_ids) if self.tokenizer is not None else frozenset()
+        self._queue: collections.deque = collections.deque()
+        self._cv = threading.Condition()
+        self._closing = False
+        self._admit_seq = itertools.count()
+        # metrics (engine thread writes, stats() reads under the lock)
+        self._m = collections.Counter()
+        self._recent: collections.deque = collections.deque()   # (time, tokens) of decode steps
+        self._thread = threading.Thread(target=self._loop, name="llmrt-engine", daemon=True)
+        self._thread.start()
+        log.info("llmrt: engine: %d slots, %s, prefill chunks of %d", len(self.slots),
+                 self.slots[0].session.describe(), self.n_batch)
+
+    # ---- public ----------------------------------------------------------------------------
+
+    def submit(self, prompt, *, max_tokens: Optional[int] = None, stop: Sequence[str] | str = (),
+               ignore_eos: bool = False, conversation: Optional[str] = None,
+               n_keep: Optional[int] = None, on_event=None, sampler=None,
+               do_sample: Optional[bool] = None, **sampling) -> Request:
+        """Queue a generation. prompt: token ids, or text (encoded with BOS as Model.generate).
+        max_tokens: None for the engine's n_predict. sampling: temperature, top_k, top_p, min_p,
+        repeat_penalty, repeat_last_n, seed, frequency_penalty, presence_penalty (Sampler).
+        conversation: a key that prefers the slot that served it last. n_keep: the slot's pinned
+        tokens if its cache starts afresh (default: the engine's). on_event: see Request."""
+        if self._closing:
+            raise RuntimeError("the engine is closed")
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this model has no tokenizer: pass token ids")
+            ids = self.tokenizer.encode(prompt, add_special=True)
+        else:
+            ids = prompt
+        ids = self.model._check_ids(list(ids) if not isinstance(ids, np.ndarray) else ids).tolist()
+        if isinstance(stop, str):
+            stop = [stop]
+        stop = [s for s in stop]
+        if not all(isinstance(s, str) for s in stop):
+            raise ValueError("stop must be a string or a list of strings")
+        if max_tokens is None:
+            max_tokens = self.n_predict
+        max_tokens = int(max_tokens)
+        if max_tokens == 0 or max_tokens < -1:
+            raise ValueError(f"max_tokens must be >= 1 (or -1: no limit), got {max_tokens}")
+        if n_keep is not None and not 0 <= int(n_keep) < self.n_ctx:
+            raise ValueError(f"n_keep must be in [0, ctx_size = {self.n_ctx}), got {n_keep}")
+        sampler = make_sampler(sampler, do_sample, **sampling)
+        req = Request(ids, sampler, None if max_tokens < 0 else max_tokens, stop, bool(ignore_eos),
+                      conversation, None if n_keep is None else int(n_keep))
+        req._engine = self
+        req.on_event = on_event
+        with self._cv:
+            if len(self._queue) >= self.max_queue + self._idle_slots():
+                self._m["rejected"] += 1
+                raise QueueFull(f"all {len(self.slots)} slots are busy and {len(self._queue)} "
+                                f"requests are waiting (max_queue {self.max_queue})",
+                                retry_after=self._retry_after())
+            self._queue.append(req)
+            self._m["submitted"] += 1
+            self._cv.notify_all()
+        return req
+
+    def generate(self, prompt, **kwargs) -> Request:
+        """submit(prompt, **kwargs) and wait for the end. Safe from many threads at once: their
+        requests are decoded together. Raises RuntimeError if the request failed."""
+        req = self.submit(prompt, **kwargs).wait()
+        if req.finish_reason == "error":
+            raise RuntimeError(f"request {req.id} failed: {req.error}")
+        return req
+
+    def stats(self) -> dict:
+        """Counters and gauges for metrics: requests, tokens, tokens/s, slots, queue, shifts."""
+        with self._cv:
+            now = time.monotonic()
+            while self._recent and self._recent[0][0] < now - _RATE_WINDOW:
+                self._recent.popleft()
+            rate = sum(n for _, n in self._recent) / _RATE_WINDOW
+            m = dict(self._m)
+            busy = sum(1 for s in self.slots if s.req is not None)
+            return {
+                "requests_submitted": m.get("submitted", 0),
+                "requests_rejected": m.get("rejected", 0),
+                "requests_finished": {k[7:]: v for k, v in m.items() if k.startswith("finish_")},
+                "prompt_tokens": m.get("prompt_tokens", 0),
+                "prompt_tokens_cached": m.get("cached_tokens", 0),
+                "prompt_tokens_evaluated": m.get("prefill_tokens", 0),
+                "generated_tokens": m.get("generated_tokens", 0),
+                "decode_steps": m.get("decode_steps", 0),
+                "cache_shifts": sum(s.session.n_shifts for s in self.slots),
+                "tokens_per_second": rate,
+                "slots_total": len(self.slots),
+                "slots_busy": busy,
+                "queue_length": len(self._queue),
+            }
+
+    def slot_info(self) -> list:
+        """Per slot: id, busy, cells used, n_keep, shifts so far, tokens in its history."""
+        return [{"id": s.id, "busy": s.req is not None, "n_ctx": s.session.n_ctx,
+                 "n_past": s.session.n_past, "n_keep": s.session.n_keep,
+                 "n_shifts": s.session.n_shifts, "history": len(s.history)} for s in self.slots]
+
+    def close(self, timeout: float = 10.0):
+        """Stop the engine thread; requests still queued or running end with an error."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        self._thread.join(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def _wake(self):
+        with self._cv:
+            self._cv.notify_all()
+
+    def _idle_slots(self) -> int:
+        return sum(1 for s in self.slots if s.req is None)
+
+    def _retry_after(self) -> int:
+        """Seconds until a slot may be free: the least max_tokens left of a running request at
+        the recent decode rate per slot, within [1, 60]."""
+        now = time.monotonic()
+        recent = [n for t, n in self._recent if t >= now - _RATE_WINDOW]
+        per_slot = sum(recent) / _RATE_WINDOW / max(1, len(self.slots))
+        left = [s.req.max_tokens - len(s.req.ids) for s in self.slots
+                if s.req is not None and s.req.max_tokens is not None]
+        if not left or per_slot <= 0:
+            return 1
+        return int(min(60, max(1, min(left) / per_slot)))
+
+    def _loop(self):
+        while True:
+            with self._cv:
+                while not self._closing and not self._queue and all(s.req is None for s in self.slots):
+                    self._cv.wait()
+                if self._closing:
+                    break
+                self._admit()
+            try:
+                self._step()
+            except Exception as e:          # a bug or an out-of-memory: fail what ran, go on
+                log.exception("llmrt: engine step failed")
+                for s in self.slots:
+                    if s.req is not None:
+                        self._finish(s, "error", error=f"{type(e).__name__}: {e}")
+                        s.reset()
+        with self._cv:
+            waiting = list(self._queue)
+            self._queue.clear()
+        for req in waiting:
+            self._end_unadmitted(req, "error", "the engine was closed", "closed")
+        for s in self.slots:
+            if s.req is not None:
+                self._finish(s, "error", error="the engine was closed", error_type="closed")
+
+    def _end_unadmitted(self, req: Request, reason: str, error: Optional[str] = None,
+                        error_type: Optional[str] = None):
+        req.finish_reason, req.error, req.error_type = reason, error, error_type
+        req.t_done = time.monotonic()
+        self._m["finish_" + reason] += 1
+        req._done.set()
+        req._emit("done", None)
+
+    def _admit(self):
+        """(under the lock) Queued requests to idle slots, FIFO; drops cancelled and expired."""
+        now = time.monotonic()
+        keep = collections.deque()
+        while self._queue:
+            req = self._queue.popleft()
+            if req.cancelled:
+                self._end_unadmitted(req, "cancelled")
+                continue
+            idle = [s for s in self.slots if s.req is None]
+            if not idle:
+                if now - req.t_submit > self.queue_timeout:
+                    self._end_unadmitted(req, "error", f"waited {self.queue_timeout:g} s for a free slot",
+                                         "timeout")
+                else:
+                    keep.append(req)
+                continue
+            self._assign(self._pick(idle, req), req)
+        self._queue = keep
+
+    def _reuse(self, s: _Slot, ids: list) -> int:
+        """Prompt ids slot s can keep: its whole history if the prompt extends it (evictions or
+        not), else (never evicted) the common prefix, at most len(ids) - 1 (the last id's logits
+        are needed) unless the cache holds exactly the prompt with its logits."""
+        h = s.history
+        if not h:
+            return 0
+        c = _common_prefix(h, ids)
+        if c == len(h) and (c < len(ids) or s.last_logits is not None):
+            return c
+        if not s.exact:
+            return 0
+        return min(c, len(ids) - 1)
+
+    def _pick(self, idle: list, req: Request) -> _Slot:
+        if req.conversation is not None:
+            for s in idle:
+                if s.conversation == req.conversation:
+                    return s
+        return max(idle, key=lambda s: (self._reuse(s, req.prompt_ids), -s.last_used))
+
+    def _assign(self, s: _Slot, req: Request):
+        ids = req.prompt_ids
+        n = self._reuse(s, ids)
+        if n == 0:
+            s.reset()
+            keep = self.n_keep if req.n_keep is None else min(req.n_keep, s.session.n_ctx - 1)
+            if s.session.n_keep != keep:
+                if s.session.n_discard > s.session.n_ctx - keep:
+                    s.session.n_discard = -1
+                s.session.n_keep = keep
+        elif n < len(s.history):
+            s.session.truncate(n)
+            del s.history[n:]
+            s.last_logits = None
+        s.req = req
+        s.pending = list(ids[n:])
+        s.next_tok = None
+        s.prev_ids = list(ids)
+        s.rel = _Release(self.tokenizer, req.stop, None)
+        s.conversation = req.conversation
+        s.admit_seq = next(self._admit_seq)
+        req.slot = s.id
+        req.usage.cached_tokens = n
+        self._m["prompt_tokens"] += len(ids)
+        self._m["cached_tokens"] += n
+        log.debug("llmrt: request %d -> slot %d: %d prompt ids, %d reused", req.id, s.id, len(ids), n)
+
+    def _step(self):
+        for s in self.slots:
+            if s.req is None:
+                continue
+            if s.req.cancelled:
+                self._finish(s, "cancelled")
+            elif not s.pending and s.next_tok is None and not s.req.ids:
+                self._sample(s, s.last_logits)   # the cache held the whole prompt, with its logits
+        # one prefill chunk, oldest admission first
+        pre = [s for s in self.slots if s.req is not None and s.pending]
+        if pre:
+            s = min(pre, key=lambda s: s.admit_seq)
+            chunk = s.pending[:self.n_batch]
+            del s.pending[:self.n_batch]
+            try:
+                self._eval_one(s, chunk)
+            except Exception as e:          # e.g. n_keep leaves no room: this request only
+                log.exception("llmrt: prefill of request %d failed", s.req.id)
+                self._finish(s, "error", error=f"{type(e).__name__}: {e}")
+            else:
+                self._m["prefill_tokens"] += len(chunk)
+                if not s.pending:
+                    self._sample(s, s.last_logits)
+        # one decode step for every slot with a sampled token to evaluate
+        dec = [s for s in self.slots if s.req is not None and s.next_tok is not None]
+        for i in range(0, len(dec), N_BATCH):
+            group = dec[i:i + N_BATCH]
+            toks = [s.next_tok for s in group]
+            try:
+                logits = self.model.eval_sessions([s.session for s in group], [[t] for t in toks])
+            except Exception:
+                for s in group:             # the caches may be half-written: start them afresh
+                    s.next_tok = None
+                raise
+            now = time.monotonic()
+            with self._cv:
+                self._m["decode_steps"] += 1
+                self._recent.append((now, len(group)))
+            for s, t, lg in zip(group, toks, logits):
+                s.history.append(t)
+                s.last_logits = lg
+                s.next_tok = None
+                self._sample(s, lg)
+
+    def _eval_one(self, s: _Slot, ids: list):
+        try:
+            s.last_logits = s.session.eval(ids)
+        except Exception:
+            s.reset()
+            raise
+        s.history.extend(ids)
+
+    def _sample(self, s: _Slot, logits):
+        req = s.req
+        if req.cancelled:
+            self._finish(s, "cancelled")
+            return
+        tok = req.sampler.sample(logits, s.prev_ids)
+        if req.t_first is None:
+            req.t_first = time.monotonic()
+        req.ids.append(tok)
+        s.prev_ids.append(tok)
+        self._m["generated_tokens"] += 1
+        if tok in self._eog and not req.ignore_eos:
+            self._finish(s, "stop")
+            return
+        n0 = len(s.rel.out)
+        hit = s.rel.push(tok)
+        req._emit("text", "".join(s.rel.out[n0:]))
+        if hit:
+            req.stop_matched = s.rel.matched
+            self._finish(s, "stop")
+        elif req.max_tokens is not None and len(req.ids) >= req.max_tokens:
+            self._finish(s, "length")
+        else:
+            s.next_tok = tok
+
+    def _finish(self, s: _Slot, reason: str, error: Optional[str] = None, error_type: str = "internal"):
+        req = s.req
+        if req is None:
+            return
+        if reason != "error":
+            n0 = len(s.rel.out)
+            s.rel.finish()
+            req._emit("text", "".join(s.rel.out[n0:]))
+        req.text = s.rel.result_text() if s.rel is not None else ""
+        req.finish_reason, req.error = reason, error
+        req.error_type = error_type if reason == "error" else None
+        req.usage.completion_tokens = len(req.ids)
+        req.t_done = time.monotonic()
+        s.req, s.pending, s.next_tok, s.rel = None, [], None, None
+        s.last_used = req.t_done
+        with self._cv:
+            self._m["finish_" + reason] += 1
+            self._cv.notify_all()
+        req._done.set()
+        req._emit("done", None)

@@ -1,0 +1,487 @@
+"""`llmrt serve`: an OpenAI-compatible HTTP server over the engine (llmrt/engine.py).
+
+    pip install "llmrt[serve]"
+    llmrt serve model.gguf --port 8080 --parallel 4 --ctx-size 2048 --n-keep auto
+
+Routes: POST /v1/chat/completions, POST /v1/completions (both with `stream` as server-sent
+events in OpenAI's chunk format, ending with `data: [DONE]`), GET /v1/models, GET /health,
+GET /metrics (Prometheus), GET /slots (each slot's cache: cells used, pinned, shifts).
+
+This file is a thin layer: it parses and checks the JSON, renders the chat template, and hands
+the ids to the engine, which owns batching, slots and their streaming caches. Every bad request
+gets a 4xx with an OpenAI-style body {"error": {"message", "type", "param", "code"}}: malformed
+JSON, invalid UTF-8, a body over --max-body-bytes (413), wrong types, unknown roles, values out
+of range; a full queue is a 503 with Retry-After. A client that disconnects cancels its request
+(its slot is free within one engine step).
+
+Conversation affinity: the request's `user` field, or an `X-Session-Id` header, names the
+conversation; the engine prefers the slot that served it last, so its prefix cache keeps working.
+"""
+
+import asyncio
+import json
+import logging
+import math
+import time
+import uuid
+from typing import Any, Optional
+
+log = logging.getLogger("llmrt")
+
+MAX_BODY_BYTES = 4 << 20         # default --max-body-bytes
+MAX_STOP = 16                    # stop strings per request
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+SAMPLING_DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05}
+
+
+class APIError(Exception):
+    """An error answered as OpenAI does: status, {"error": {message, type, param, code}}."""
+
+    def __init__(self, status: int, message: str, param: Optional[str] = None,
+                 type_: Optional[str] = None, code: Optional[str] = None, headers: Optional[dict] = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = type_ or ("invalid_request_error" if status < 500 else "server_error")
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+# ---- request checking ---------------------------------------------------------------------------
+
+def _num(body: dict, name: str, lo: float, hi: float, default=None, integer: bool = False,
+         lo_open: bool = False):
+    """body[name] as a number in [lo, hi] ((lo, hi] with lo_open), or default if absent/null."""
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+        raise APIError(400, f"'{name}' must be {'an integer' if integer else 'a number'}, got "
+                            f"{type(v).__name__}", param=name)
+    if isinstance(v, float) and not math.isfinite(v):
+        raise APIError(400, f"'{name}' must be finite, got {v}", param=name)
+    if v < lo or v > hi or (lo_open and v == lo):
+        lo_s = f"({lo}" if lo_open else f"[{lo}"
+        raise APIError(400, f"'{name}' must be in {lo_s}, {hi}], got {v}", param=name)
+    return v
+
+
+def _opt_type(body: dict, name: str, types, what: str):
+    v = body.get(name)
+    if v is not None and (not isinstance(v, types) or isinstance(v, bool) and bool not in
+                          (types if isinstance(types, tuple) else (types,))):
+        raise APIError(400, f"'{name}' must be {what}, got {type(v).__name__}", param=name)
+    return v
+
+
+def parse_common(body: dict, n_ctx: int) -> dict:
+    """The sampling and stopping fields shared by both completion routes -> engine kwargs."""
+    if not isinstance(body, dict):
+        raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    _opt_type(body, "model", str, "a string")
+    _opt_type(body, "stream", bool, "a boolean")
+    so = _opt_type(body, "stream_options", dict, "an object")
+    if so is not None:
+        _opt_type(so, "include_usage", bool, "a boolean")
+    _num(body, "n", 1, 1, default=1, integer=True)      # one choice per request
+    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") not in (None, 0):
+        raise APIError(400, "logprobs are not supported", param="logprobs")
+    kw: dict[str, Any] = {}
+    mt = body.get("max_completion_tokens", body.get("max_tokens"))
+    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    if mt is not None:
+        kw["max_tokens"] = _num({name: mt}, name, 1, 1 << 30, integer=True)
+    kw["temperature"] = _num(body, "temperature", 0.0, 2.0, SAMPLING_DEFAULTS["temperature"])
+    kw["top_p"] = _num(body, "top_p", 0.0, 1.0, SAMPLING_DEFAULTS["top_p"], lo_open=True)
+    kw["top_k"] = _num(body, "top_k", 0, 1 << 30, SAMPLING_DEFAULTS["top_k"], integer=True)
+    kw["min_p"] = _num(body, "min_p", 0.0, 1.0, SAMPLING_DEFAULTS["min_p"])
+    kw["presence_penalty"] = _num(body, "presence_penalty", -2.0, 2.0, 0.0)
+    kw["frequency_penalty"] = _num(body, "frequency_penalty", -2.0, 2.0, 0.0)
+    kw["repeat_penalty"] = _num(body, "repeat_penalty", 0.0, 10.0, 1.0, lo_open=True)
+    seed = _num(body, "seed", -(1 << 63), (1 << 64) - 1, None, integer=True)
+    kw["seed"] = None if seed is None or seed < 0 else seed
+    stop = body.get("stop")
+    if stop is not None:
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise APIError(400, "'stop' must be a string or a list of strings", param="stop")
+        if len(stop) > MAX_STOP:
+            raise APIError(400, f"'stop' has {len(stop)} strings, at most {MAX_STOP}", param="stop")
+        kw["stop"] = [s for s in stop if s]
+    if body.get("ignore_eos") is not None:
+        kw["ignore_eos"] = _opt_type(body, "ignore_eos", bool, "a boolean")
+    keep = _num(body, "n_keep", 0, n_ctx - 1, None, integer=True)
+    if keep is not None:
+        kw["n_keep"] = keep
+    _opt_type(body, "user", str, "a string")
+    return kw
+
+
+def _content_text(content, i: int) -> str:
+    """A message's content: a string, or a list of {"type": "text", "text": ...} parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
+                kind = p.get("type") if isinstance(p, dict) else type(p).__name__
+                raise APIError(400, f"messages[{i}].content: only text parts are supported, got "
+                                    f"{kind!r}", param=f"messages[{i}].content")
+            parts.append(p["text"])
+        return "".join(parts)
+    raise APIError(400, f"messages[{i}].content must be a string or a list of text parts, got "
+                        f"{type(content).__name__}", param=f"messages[{i}].content")
+
+
+def parse_messages(body: dict) -> list:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise APIError(400, "'messages' must be a non-empty list", param="messages")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise APIError(400, f"messages[{i}] must be an object", param=f"messages[{i}]")
+        role = m.get("role")
+        if not isinstance(role, str) or role not in ROLES:
+            raise APIError(400, f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}, got "
+                                f"{role!r}", param=f"messages[{i}].role")
+        content = m.get("content")
+        if content is None and role == "assistant":
+            content = ""
+        out.append({"role": ROLES[role], "content": _content_text(content, i)})
+    if all(m["role"] == "system" for m in out):
+        raise APIError(400, "'messages' needs at least one user or assistant message", param="messages")
+    return out
+
+
+def _finish_reason(reason: str) -> str:
+    return "length" if reason == "length" else "stop"
+
+
+def _usage(req) -> dict:
+    u = req.usage
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+
+
+# ---- the app ------------------------------------------------------------------------------------
+
+def create_app(engine, model_name: str, template=None, *, n_keep="auto",
+               max_body_bytes: int = MAX_BODY_BYTES):
+    """The FastAPI app over `engine` (llmrt.engine.Engine). template: a llmrt.chat.ChatTemplate
+    (default: the model's). n_keep: "auto" pins BOS + the system prompt of each new conversation
+    (capped at half the context), an int pins that many, None leaves the engine's."""
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from sse_starlette.sse import EventSourceResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from llmrt.chat import ChatTemplate, auto_keep, encode_chat
+    from llmrt.engine import QueueFull
+
+    model = engine.model
+    tok = engine.tokenizer
+    if template is None and tok is not None:
+        template = ChatTemplate.for_model(model)
+    created = int(time.time())
+    app = FastAPI(title="llmrt", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.engine = engine
+
+    registry = CollectorRegistry()
+    http_requests = Counter("llmrt_http_requests", "HTTP requests by route and status",
+                            ["route", "status"], registry=registry)
+
+    class EngineCollector:
+        def collect(self):
+            st = engine.stats()
+            c = CounterMetricFamily("llmrt_requests_finished", "Requests finished, by reason",
+                                    labels=["reason"])
+            for reason, n in sorted(st["requests_finished"].items()):
+                c.add_metric([reason], n)
+            yield c
+            for name, key, doc in (
+                    ("llmrt_requests_submitted", "requests_submitted", "Requests accepted into the queue"),
+                    ("llmrt_requests_rejected", "requests_rejected", "Requests refused: queue full (503)"),
+                    ("llmrt_prompt_tokens", "prompt_tokens", "Prompt tokens received"),
+                    ("llmrt_prompt_tokens_cached", "prompt_tokens_cached",
+                     "Prompt tokens reused from a slot's cache (prefix cache)"),
+                    ("llmrt_prompt_tokens_evaluated", "prompt_tokens_evaluated", "Prompt tokens prefilled"),
+                    ("llmrt_generated_tokens", "generated_tokens", "Tokens generated"),
+                    ("llmrt_decode_steps", "decode_steps", "Batched decode steps (one graph run each)"),
+                    ("llmrt_cache_shifts", "cache_shifts", "Streaming-cache evictions over all slots")):
+                yield CounterMetricFamily(name, doc, value=st[key])
+            for name, key, doc in (
+                    ("llmrt_tokens_per_second", "tokens_per_second",
+                     "Generated tokens per second over the last 10 s"),
+                    ("llmrt_slots_busy", "slots_busy", "Slots serving a request"),
+                    ("llmrt_slots_total", "slots_total", "Slots (--parallel)"),
+                    ("llmrt_queue_length", "queue_length", "Requests waiting for a slot")):
+                yield GaugeMetricFamily(name, doc, value=st[key])
+
+    registry.register(EngineCollector())
+
+    def error_response(e: APIError):
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request, e: APIError):
+        return error_response(e)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, e):
+        return error_response(APIError(e.status_code, str(e.detail),
+                                       type_="not_found_error" if e.status_code == 404 else None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request, e):
+        return error_response(APIError(400, str(e)))
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request, e):
+        log.exception("llmrt: internal error")
+        return error_response(APIError(500, f"internal error: {type(e).__name__}"))
+
+    @app.middleware("http")
+    async def _count(request, call_next):
+        response = await call_next(request)
+        route = request.scope.get("route")      # the route's template, not the raw path
+        http_requests.labels(getattr(route, "path", "other"), str(response.status_code)).inc()
+        return response
+
+    async def read_json(request: Request) -> dict:
+        cl = request.headers.get("content-length")
+        if cl is not None:
+            try:
+                if int(cl) > max_body_bytes:
+                    raise APIError(413, f"the request body is {int(cl)} bytes, more than "
+                                        f"{max_body_bytes}", type_="invalid_request_error")
+            except ValueError:
+                raise APIError(400, "invalid Content-Length header") from None
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body_bytes:
+                raise APIError(413, f"the request body is more than {max_body_bytes} bytes")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise APIError(400, f"the request body is not valid UTF-8 (byte {e.start})") from None
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise APIError(400, f"the request body is not valid JSON: {e.msg} at line {e.lineno} "
+                                f"column {e.colno}") from None
+        if not isinstance(body, dict):
+            raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+        return body
+
+    def submit(ids: list, kw: dict, conversation: Optional[str], loop, aq: asyncio.Queue):
+        def on_event(kind, payload):
+            loop.call_soon_threadsafe(aq.put_nowait, (kind, payload))
+        try:
+            return engine.submit(ids, conversation=conversation, on_event=on_event, **kw)
+        except QueueFull as e:
+            raise APIError(503, str(e), type_="server_busy", code="queue_full",
+                           headers={"Retry-After": str(e.retry_after)}) from None
+        except ValueError as e:
+            raise APIError(400, str(e)) from None
+
+    def failed(req) -> APIError:
+        if req.error_type == "timeout":
+            return APIError(503, req.error, type_="server_busy", code="timeout",
+                            headers={"Retry-After": "1"})
+        return APIError(500, f"generation failed: {req.error}")
+
+    async def run(request: Request, ids: list, kw: dict, body: dict, chat: bool):
+        stream = bool(body.get("stream"))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        conversation = body.get("user") or request.headers.get("x-session-id")
+        loop = asyncio.get_running_loop()
+        aq: asyncio.Queue = asyncio.Queue()
+        req = submit(ids, kw, conversation, loop, aq)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        obj = "chat.completion" if chat else "text_completion"
+        name = model_name
+
+        if not stream:
+            parts = []
+            try:
+                while True:
+                    try:
+                        kind, payload = await asyncio.wait_for(aq.get(), timeout=0.5)
+                    except asyncio.TimeoutError:
+                        if await request.is_disconnected():
+                            req.cancel()
+                            return Response(status_code=499)
+                        continue
+                    if kind == "text":
+                        parts.append(payload)
+                    else:
+                        break
+            except asyncio.CancelledError:
+                req.cancel()
+                raise
+            if req.finish_reason == "error":
+                raise failed(req)
+            text = "".join(parts)
+            fr = _finish_reason(req.finish_reason)
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text},
+                       "logprobs": None, "finish_reason": fr} if chat else
+                      {"index": 0, "text": text, "logprobs": None, "finish_reason": fr})
+            return {"id": rid, "object": obj, "created": int(time.time()), "model": name,
+                    "system_fingerprint": "llmrt", "choices": [choice], "usage": _usage(req)}
+
+        chunk_obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(delta: Optional[dict], text: Optional[str], fr: Optional[str]) -> str:
+            c = {"index": 0, "logprobs": None, "finish_reason": fr}
+            if chat:
+                c["delta"] = delta or {}
+            else:
+                c["text"] = text or ""
+            return json.dumps({"id": rid, "object": chunk_obj, "created": int(time.time()),
+                               "model": name, "system_fingerprint": "llmrt", "choices": [c]},
+                              ensure_ascii=False)
+
+        async def events():
+            try:
+                if chat:
+                    yield {"data": chunk({"role": "assistant", "content": ""}, None, None)}
+                while True:
+                    kind, payload = await aq.get()
+                    if kind == "text":
+                        yield {"data": chunk({"content": payload}, payload, None)}
+                        continue
+                    break
+                if req.finish_reason == "error":
+                    yield {"data": json.dumps(failed(req).body())}
+                else:
+                    yield {"data": chunk({}, "", _finish_reason(req.finish_reason))}
+                    if include_usage:
+                        yield {"data": json.dumps({"id": rid, "object": chunk_obj,
+                                                   "created": int(time.time()), "model": name,
+                                                   "choices": [], "usage": _usage(req)})}
+                yield {"data": "[DONE]"}
+            finally:
+                if not req.done:        # the client went away: free the slot
+                    req.cancel()
+
+        return EventSourceResponse(events(), ping=15, headers={"Cache-Control": "no-cache"})
+
+    def pick_keep(ids: list, messages: Optional[list]) -> Optional[int]:
+        if n_keep != "auto":
+            return n_keep
+        system = None
+        if messages and messages[0]["role"] == "system":
+            system = messages[0]["content"]
+        n = auto_keep(tok, template, system, ids) if template is not None else 4
+        return min(n, engine.n_ctx // 2)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        if tok is None or template is None:
+            raise APIError(400, "this model has no tokenizer or chat template: use /v1/completions "
+                                "with token ids")
+        body = await read_json(request)
+        kw = parse_common(body, engine.n_ctx)
+        messages = parse_messages(body)
+        try:
+            text = template.render(messages, add_generation_prompt=True)
+        except ValueError as e:         # e.g. a template that insists on alternating roles
+            raise APIError(400, str(e), param="messages") from None
+        ids = encode_chat(tok, text)
+        kw.setdefault("n_keep", pick_keep(ids, messages))
+        return await run(request, ids, kw, body, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await read_json(request)
+        kw = parse_common(body, engine.n_ctx)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]          # a batch of one
+        if isinstance(prompt, str):
+            if tok is None:
+                raise APIError(400, "this model has no tokenizer: send token ids", param="prompt")
+            if not prompt:
+                raise APIError(400, "'prompt' is empty", param="prompt")
+            ids = tok.encode(prompt, add_special=True)
+        elif isinstance(prompt, list) and prompt and all(
+                isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+            bad = [i for i in prompt if not 0 <= i < model.n_vocab]
+            if bad:
+                raise APIError(400, f"token id {bad[0]} is out of range for a vocabulary of "
+                                    f"{model.n_vocab}", param="prompt")
+            ids = list(prompt)
+        else:
+            raise APIError(400, "'prompt' must be a non-empty string or a list of token ids (one "
+                                "prompt per request)", param="prompt")
+        if "n_keep" not in kw and n_keep != "auto" and n_keep is not None:
+            kw["n_keep"] = n_keep
+        return await run(request, ids, kw, body, chat=False)
+
+    @app.get("/v1/models")
+    async def models():
+        hp = model.hparams
+        return {"object": "list", "data": [{
+            "id": model_name, "object": "model", "created": created, "owned_by": "llmrt",
+            "meta": {"arch": model.arch, "n_vocab": model.n_vocab, "n_ctx_train": hp.n_ctx_train,
+                     "n_ctx_slot": engine.n_ctx, "n_embd": hp.n_embd, "n_layer": hp.n_layer,
+                     "slots": len(engine.slots)}}]}
+
+    @app.get("/health")
+    async def health():
+        st = engine.stats()
+        return {"status": "ok", "slots_idle": st["slots_total"] - st["slots_busy"],
+                "slots_processing": st["slots_busy"], "queue_length": st["queue_length"]}
+
+    @app.get("/slots")
+    async def slots():
+        return engine.slot_info()
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: int = 4,
+          ctx_size: Optional[int] = None, n_keep="auto", n_discard: int = -1, threads=None,
+          n_batch: int = 256, max_queue: int = 64, timeout: float = 600.0, n_predict: int = -1,
+          chat_template: Optional[str] = None, alias: Optional[str] = None,
+          max_body_bytes: int = MAX_BODY_BYTES, model=None, log_level: str = "info"):
+    """Load the model, start the engine and run uvicorn until interrupted."""
+    import os
+
+    import uvicorn
+
+    from llmrt.chat import ChatTemplate
+    from llmrt.engine import Engine
+
+    if model is None:
+        from llmrt.model import Model
+        model = Model(model_path, **({"n_threads": threads} if threads else {}))
+    ctx = int(ctx_size or model.n_ctx)
+    keep_engine = 4 if n_keep == "auto" else int(n_keep)
+    engine = Engine(model, n_parallel=parallel, ctx_size=ctx, n_keep=keep_engine, n_discard=n_discard,
+                    n_batch=n_batch, max_queue=max_queue, queue_timeout=timeout, n_predict=n_predict)
+    template = ChatTemplate.for_model(model, chat_template) if model.tokenizer is not None else None
+    name = alias or os.path.basename(str(model.path))
+    app = create_app(engine, name, template, n_keep=n_keep, max_body_bytes=max_body_bytes)
+    log.info("llmrt: serving %s on http://%s:%d (%d slots of %d cells, n_keep %s)", name, host, port,
+             parallel, ctx, n_keep)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    finally:
+        engine.close()

@@ -1,0 +1,368 @@
+"""`llmrt serve` over HTTP with real clients: the official `openai` Python client (chat and
+completions, streamed and not, stop strings, usage, the prefix cache), concurrency, a bounded
+load test, conversations past --ctx-size, disconnects, the queue bound, and bad input.
+
+Each fixture starts `python -m llmrt serve` as a subprocess on a free loopback port with
+SmolLM2-135M-Instruct (fetched in CI) and stops it afterwards.
+
+Greedy answers served 4 at a time must equal the same requests served one by one, exactly:
+batched decode rows are bit-identical to single-sequence ones (tests/test_batching.py) and each
+prompt is prefilled alone, so there are no near ties to allow for.
+
+Run: python -m pytest -q tests/test_server.py
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai", reason="the openai client is a test extra (pip install -e .[test])")
+httpx = pytest.importorskip("httpx", reason="httpx is a test extra (pip install -e .[test])")
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e .[serve]")
+
+from fake_lm import real_model_path  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.serve]
+
+START_TIMEOUT = 180      # seconds for a server to load and answer /health
+TIMEOUT = 120            # seconds any request may take
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, tmp_path, *args):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tmp_path / f"serve-{self.port}.log"
+        cmd = [sys.executable, "-m", "llmrt", "serve", real_model_path("smollm2-135m-instruct"),
+               "--port", str(self.port), "-t", "2", *args]
+        with open(self.log, "w") as f:
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llmrt serve exited ({self.proc.returncode}):\n{self.log.read_text()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - t0 > START_TIMEOUT:
+                self.stop()
+                raise RuntimeError(f"llmrt serve did not start in {START_TIMEOUT} s:\n{self.log.read_text()}")
+            time.sleep(0.2)
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="none", timeout=TIMEOUT,
+                                    max_retries=0)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def health(self) -> dict:
+        return httpx.get(self.url + "/health", timeout=5).json()
+
+    def metrics(self) -> dict:
+        out = {}
+        for line in httpx.get(self.url + "/metrics", timeout=5).text.splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("serve"), "-np", "4", "-c", "512")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory):
+    """One slot, one queue place, a small context: the queue bound and the streaming cache."""
+    s = Server(tmp_path_factory.mktemp("serve1"), "-np", "1", "-c", "96", "--max-queue", "1",
+               "--timeout", "30")
+    yield s
+    s.stop()
+
+
+MSG = [{"role": "system", "content": "You are a helpful assistant."},
+       {"role": "user", "content": "Name three fruits."}]
+
+
+def test_models_and_health(server):
+    models = server.client.models.list()
+    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+    h = server.health()
+    assert h["status"] == "ok" and h["slots_idle"] + h["slots_processing"] == 4
+
+
+def test_chat_streamed_equals_not_streamed(server):
+    r = server.client.chat.completions.create(model="x", messages=MSG, temperature=0, max_tokens=40)
+    text = r.choices[0].message.content
+    assert text and r.choices[0].message.role == "assistant"
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 10 and 0 < r.usage.completion_tokens <= 40
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    stream = server.client.chat.completions.create(model="x", messages=MSG, temperature=0, max_tokens=40,
+                                                   stream=True, stream_options={"include_usage": True})
+    pieces, finish, usage = [], None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            if c.delta.content:
+                pieces.append(c.delta.content)
+            if c.finish_reason:
+                finish = c.finish_reason
+    assert "".join(pieces) == text and len(pieces) > 3     # it came in pieces
+    assert finish == r.choices[0].finish_reason
+    assert usage.completion_tokens == r.usage.completion_tokens
+    # the same conversation again: served from the slot's cache
+    assert usage.prompt_tokens_details.cached_tokens > 10
+
+
+def test_greedy_answer_equals_the_library(server):
+    """The server renders the GGUF's chat template and decodes as Model.generate does."""
+    from llmrt import Model
+    from llmrt.chat import ChatTemplate, encode_chat
+    m = Model(real_model_path("smollm2-135m-instruct"), n_threads=1, ctx_size=512)
+    ids = encode_chat(m.tokenizer, ChatTemplate.for_model(m).render(MSG))
+    out = m.generate(ids, max_new_tokens=30, temperature=0, ctx_size=512)
+    want = m.tokenizer.decode([i for i in out[len(ids):] if i not in m.tokenizer.eog_ids])
+    r = server.client.chat.completions.create(model="x", messages=MSG, temperature=0, max_tokens=30)
+    assert r.choices[0].message.content == want
+
+
+def test_completions_stop_and_length(server):
+    r = server.client.completions.create(model="x", prompt="1, 2, 3, 4,", temperature=0, max_tokens=20)
+    text = r.choices[0].text
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 20
+    assert " 5" in text
+    s = server.client.completions.create(model="x", prompt="1, 2, 3, 4,", temperature=0, max_tokens=20,
+                                         stop=[" 7"])
+    assert s.choices[0].finish_reason == "stop" and s.choices[0].text == text[:text.index(" 7")]
+    pieces = [c.choices[0].text for c in server.client.completions.create(
+        model="x", prompt="1, 2, 3, 4,", temperature=0, max_tokens=20, stream=True)]
+    assert "".join(pieces) == text
+    ids = server.client.completions.create(model="x", prompt=[1, 504, 30, 216], temperature=0, max_tokens=3)
+    assert ids.usage.prompt_tokens == 4
+
+
+def test_prefix_cache_over_turns(server):
+    msgs = [{"role": "user", "content": "Write one sentence about the sea."}]
+    r1 = server.client.chat.completions.create(model="x", messages=msgs, temperature=0, max_tokens=30,
+                                               user="conv-1")
+    msgs += [{"role": "assistant", "content": r1.choices[0].message.content},
+             {"role": "user", "content": "And one about the sky."}]
+    r2 = server.client.chat.completions.create(model="x", messages=msgs, temperature=0, max_tokens=30,
+                                               user="conv-1")
+    cached = r2.usage.prompt_tokens_details.cached_tokens
+    assert cached >= r1.usage.prompt_tokens and cached < r2.usage.prompt_tokens
+
+
+def _chat(server, content, n=32, **kw):
+    return server.client.chat.completions.create(
+        model="x", messages=[{"role": "user", "content": content}], temperature=0, max_tokens=n, **kw)
+
+
+TOPICS = ["Tell me about cats.", "How do planes fly?", "Give me a pasta recipe.", "What is rain?"]
+
+
+def test_four_at_once_equal_each_alone(server):
+    alone = [_chat(server, t).choices[0].message.content for t in TOPICS]
+    out = [None] * 4
+    barrier = threading.Barrier(4)
+
+    def run(i):
+        barrier.wait()
+        out[i] = _chat(server, TOPICS[i]).choices[0].message.content
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(TIMEOUT)
+    assert out == alone
+
+
+def test_load_32_requests_from_8_threads(server):
+    """Nothing lost: every streamed response complete (finish reason, [DONE]), every count right."""
+    before = server.metrics()
+    results, errors = [], []
+    lock = threading.Lock()
+
+    def worker(w):
+        for k in range(4):
+            prompt = f"Count from {w * 4 + k} to {w * 4 + k + 5}:"
+            try:
+                with httpx.stream("POST", server.url + "/v1/completions", timeout=TIMEOUT, json={
+                        "prompt": prompt, "max_tokens": 16, "temperature": 0.7, "seed": w * 10 + k,
+                        "stream": True, "ignore_eos": True}) as resp:
+                    assert resp.status_code == 200
+                    texts, finish, done = [], None, False
+                    for line in resp.iter_lines():
+                        if not line.startswith("data: "):
+                            continue
+                        data = line[6:]
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        c = json.loads(data)["choices"][0]
+                        texts.append(c["text"])
+                        finish = c["finish_reason"] or finish
+                with lock:
+                    results.append((done, finish, len([t for t in texts if t])))
+            except Exception as e:      # collected, asserted below
+                with lock:
+                    errors.append(repr(e))
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(4 * TIMEOUT)
+    assert errors == []
+    assert len(results) == 32
+    assert all(done and finish == "length" for done, finish, _ in results)
+    after = server.metrics()
+    assert after['llmrt_requests_finished_total{reason="length"}'] - \
+        before.get('llmrt_requests_finished_total{reason="length"}', 0) == 32
+    assert after["llmrt_generated_tokens_total"] - before["llmrt_generated_tokens_total"] == 32 * 16
+    # weights read once per step for all slots: far fewer steps than tokens
+    assert after["llmrt_decode_steps_total"] - before["llmrt_decode_steps_total"] < 32 * 16 / 2
+    assert server.health()["slots_processing"] == 0
+
+
+def test_disconnect_frees_the_slot(server):
+    with httpx.stream("POST", server.url + "/v1/completions", timeout=TIMEOUT, json={
+            "prompt": "Once upon a time", "max_tokens": 100000, "stream": True, "ignore_eos": True}) as resp:
+        n = 0
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                n += 1
+                if n == 3:
+                    break
+    t0 = time.monotonic()
+    while server.health()["slots_processing"] and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    assert server.health()["slots_processing"] == 0
+    assert server.metrics()['llmrt_requests_finished_total{reason="cancelled"}'] >= 1
+
+
+def test_conversation_longer_than_the_context(small_server):
+    """-c 96: a conversation of several hundred tokens keeps being answered."""
+    msgs = [{"role": "system", "content": "You are terse."}]
+    for turn in range(6):
+        msgs.append({"role": "user", "content": f"Tell me fact number {turn} about the moon."})
+        r = small_server.client.chat.completions.create(model="x", messages=msgs, temperature=0,
+                                                        max_tokens=40, user="long")
+        assert r.choices[0].message.content is not None
+        msgs.append({"role": "assistant", "content": r.choices[0].message.content})
+    assert r.usage.prompt_tokens > 96
+    assert small_server.metrics()["llmrt_cache_shifts_total"] > 0
+
+
+def test_queue_full_is_503_with_retry_after(small_server):
+    url = small_server.url + "/v1/completions"
+    body = {"prompt": "Hello", "max_tokens": 100000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", url, json=body, timeout=TIMEOUT) as running:   # takes the slot
+        lines = running.iter_lines()        # (kept: a dropped iterator closes the response)
+        next(lines)
+        waiting = threading.Thread(target=lambda: httpx.post(url, json=dict(body, stream=False,
+                                                                              max_tokens=2), timeout=TIMEOUT))
+        waiting.start()                                                      # takes the queue place
+        t0 = time.monotonic()
+        while small_server.health()["queue_length"] < 1 and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        r = httpx.post(url, json=dict(body, stream=False), timeout=TIMEOUT)
+        assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["code"] == "queue_full"
+        assert small_server.health()["slots_processing"] == 1
+    waiting.join(TIMEOUT)
+    assert not waiting.is_alive()
+
+
+BAD = [
+    (b"{not json", 400, "not valid JSON"),
+    (b"\xff\xfe{}", 400, "UTF-8"),
+    (b"[1, 2]", 400, "JSON object"),
+    (json.dumps({"messages": "hi"}).encode(), 400, "messages"),
+    (json.dumps({"messages": []}).encode(), 400, "messages"),
+    (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400, "role"),
+    (json.dumps({"messages": [{"role": "user", "content": 5}]}).encode(), 400, "content"),
+    (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), 400,
+     "text parts"),
+    (json.dumps({"messages": MSG, "temperature": "hot"}).encode(), 400, "temperature"),
+    (json.dumps({"messages": MSG, "temperature": 9}).encode(), 400, "temperature"),
+    (json.dumps({"messages": MSG, "max_tokens": 0}).encode(), 400, "max_tokens"),
+    (json.dumps({"messages": MSG, "max_tokens": 1.5}).encode(), 400, "max_tokens"),
+    (json.dumps({"messages": MSG, "top_p": 0}).encode(), 400, "top_p"),
+    (json.dumps({"messages": MSG, "stop": [1]}).encode(), 400, "stop"),
+    (json.dumps({"messages": MSG, "stream": "yes"}).encode(), 400, "stream"),
+    (json.dumps({"messages": MSG, "n": 2}).encode(), 400, "'n'"),
+    (json.dumps({"messages": MSG, "seed": True}).encode(), 400, "seed"),
+    (json.dumps({"messages": MSG, "logprobs": True}).encode(), 400, "logprobs"),
+]
+
+
+@pytest.mark.parametrize("body,status,needle", BAD)
+def test_bad_chat_requests(server, body, status, needle):
+    r = httpx.post(server.url + "/v1/chat/completions", content=body, timeout=TIMEOUT,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert needle in err["message"] and err["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"prompt": ""}, "empty"), ({"prompt": 5}, "prompt"), ({"prompt": [1, -1]}, "out of range"),
+    ({"prompt": [10 ** 9]}, "out of range"), ({"prompt": ["a", "b"]}, "one prompt"),
+    ({"prompt": "x", "presence_penalty": 3}, "presence_penalty"), ({}, "prompt"),
+])
+def test_bad_completion_requests(server, body, needle):
+    r = httpx.post(server.url + "/v1/completions", json=body, timeout=TIMEOUT)
+    assert r.status_code == 400 and needle in r.json()["error"]["message"]
+
+
+def test_oversized_body_and_unknown_routes(server):
+    big = b'{"prompt": "' + b"a" * (5 << 20) + b'"}'
+    r = httpx.post(server.url + "/v1/completions", content=big, timeout=TIMEOUT)
+    assert r.status_code == 413 and "bytes" in r.json()["error"]["message"]
+    r = httpx.get(server.url + "/v1/nothing", timeout=TIMEOUT)
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    r = httpx.get(server.url + "/v1/chat/completions", timeout=TIMEOUT)
+    assert r.status_code == 405 and "error" in r.json()
+    # still healthy after all that
+    assert server.health()["status"] == "ok"
+    assert _chat(server, "Hi", n=4).choices[0].message.content is not None
+
+
+def test_metrics_names(server):
+    m = server.metrics()
+    for name in ("llmrt_requests_submitted_total", "llmrt_prompt_tokens_total", "llmrt_generated_tokens_total",
+                 "llmrt_tokens_per_second", "llmrt_slots_busy", "llmrt_slots_total", "llmrt_queue_length",
+                 "llmrt_cache_shifts_total", "llmrt_prompt_tokens_cached_total"):
+        assert name in m, name
+    assert m["llmrt_slots_total"] == 4
+    assert any(k.startswith("llmrt_http_requests_total{") for k in m)
+
+
+def test_cli_needs_a_model_file(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 10)
+    r = subprocess.run([sys.executable, "-m", "llmrt", "serve", str(bad), "--port", str(_free_port())],
+                       capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
