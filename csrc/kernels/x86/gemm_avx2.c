@@ -185,6 +185,11 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
 #endif
 _Static_assert(NTU <= TILE_NT_MAX && GEMM_NT <= TILE_NT_MAX, "tile_store holds TILE_NT_MAX tokens");
 #define WQ_NB_MAX 128  /* blocks per row the stack buffer holds (K <= 4096); longer rows: tile_q32 */
+#ifndef SMALL_NX
+#define SMALL_NX 4     /* up to this many tokens (a batched decode step) the quants are unpacked in
+                        * registers per tile (tile_q32), not once per call into memory: too few
+                        * tokens to repay the stores and reloads */
+#endif
 
 /* wq: block ib's 4 rows at wq + ib * wbs (wbs = 128: this group alone; 256: one of two groups) */
 static ALWAYS_INLINE void unpack_q32(const int type, const int64_t nb, const uint8_t *grp, uint8_t *wq,
@@ -306,7 +311,7 @@ static ALWAYS_INLINE void gemm_q32_1(const int type, const int64_t nb, const uin
                                      const uint8_t *xb, const size_t x_stride, const int n_x, float *y,
                                      const int64_t y_stride) {
     int j = 0;
-    if (n_x > 1 && !q32_signed(type) && nb <= WQ_NB_MAX) {
+    if (n_x > SMALL_NX && !q32_signed(type) && nb <= WQ_NB_MAX) {
         _Alignas(32) uint8_t wq[WQ_NB_MAX * 128];
         unpack_q32(type, nb, g, wq, 128);
         for (; j + NTU <= n_x; j += NTU) {
@@ -340,7 +345,7 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
         return;
     }
     const size_t gb = q32_group_bytes(type, nb);
-    if (n_x > 1 && !q32_signed(type) && nb <= WQ_NB_MAX) {
+    if (n_x > SMALL_NX && !q32_signed(type) && nb <= WQ_NB_MAX) {
         _Alignas(32) uint8_t w8[WQ_NB_MAX * 256];
         _Alignas(32) float d8[WQ_NB_MAX * W8_R], m8[WQ_NB_MAX * W8_R];
         unpack_q32x2(type, nb, g, g + gb, w8, d8, m8);
