@@ -9,8 +9,9 @@ from llmrt import runtime  # noqa: F401  (probes the CPU once, picks kernels, wa
 from llmrt.model import Model, Session
 from llmrt.streamers import TextIteratorStreamer, TextStreamer
 from llmrt.chat import ChatSession
+from llmrt.engine import Engine
 
 __version__ = "0.1.0"
 
-__all__ = ["ModelFormatError", "Model", "Session", "TextStreamer", "TextIteratorStreamer",
+__all__ = ["ModelFormatError", "Model", "Session", "Engine", "TextStreamer", "TextIteratorStreamer",
            "ChatSession", "__version__"]

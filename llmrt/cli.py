@@ -613,7 +613,6 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, n_p
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
-        import sse_starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
         raise ValueError(f"llmrt serve needs the serve extra ({e.name} is missing): "

@@ -224,6 +224,7 @@ class Engine:
         # metrics (engine thread writes, stats() reads under the lock)
         self._m = collections.Counter()
         self._recent: collections.deque = collections.deque()   # (time, tokens) of decode steps
+        self._warm()
         self._thread = threading.Thread(target=self._loop, name="llmrt-engine", daemon=True)
         self._thread.start()
         log.info("llmrt: engine: %d slots, %s, prefill chunks of %d", len(self.slots),
@@ -328,6 +329,18 @@ class Engine:
 
     def __exit__(self, *exc):
         self.close()
+
+    def _warm(self):
+        """Build now the graphs the loop will run (prefill chunks, batched decode steps of up to
+        n_parallel sequences), so the first requests do not wait for them."""
+        from llmrt.model import BATCH_BUCKETS
+        t0 = time.perf_counter()
+        for prev, b in zip((0,) + BATCH_BUCKETS, BATCH_BUCKETS):
+            if prev < self.n_batch:                 # the buckets prefill chunks land in
+                self.model._graph(b, False)
+        for n in range(2, min(len(self.slots), N_BATCH) + 1):
+            self.model._graph(n, False, n_out=n)
+        log.debug("llmrt: engine graphs built in %.2f s", time.perf_counter() - t0)
 
     # ---- the loop ---------------------------------------------------------------------------
 

@@ -178,10 +178,9 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     (capped at half the context), an int pins that many, None leaves the engine's."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-    from sse_starlette.sse import EventSourceResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from llmrt.chat import ChatTemplate, auto_keep, encode_chat
@@ -342,6 +341,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                     "system_fingerprint": "llmrt", "choices": [choice], "usage": _usage(req)}
 
         chunk_obj = "chat.completion.chunk" if chat else "text_completion"
+        created_s = int(time.time())
 
         def chunk(delta: Optional[dict], text: Optional[str], fr: Optional[str]) -> str:
             c = {"index": 0, "logprobs": None, "finish_reason": fr}
@@ -349,34 +349,49 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 c["delta"] = delta or {}
             else:
                 c["text"] = text or ""
-            return json.dumps({"id": rid, "object": chunk_obj, "created": int(time.time()),
+            return json.dumps({"id": rid, "object": chunk_obj, "created": created_s,
                                "model": name, "system_fingerprint": "llmrt", "choices": [c]},
                               ensure_ascii=False)
+
+        # the per-token event, the hot path: chunk({"content": t}, t, None) as one format
+        head, tail = chunk({"content": "\0"} if chat else None, "\0", None).split('"\\u0000"')
+
+        def event(data: str) -> str:
+            return "data: " + data + "\n\n"
 
         async def events():
             try:
                 if chat:
-                    yield {"data": chunk({"role": "assistant", "content": ""}, None, None)}
-                while True:
-                    kind, payload = await aq.get()
-                    if kind == "text":
-                        yield {"data": chunk({"content": payload}, payload, None)}
-                        continue
-                    break
+                    yield event(chunk({"role": "assistant", "content": ""}, None, None))
+                done = False
+                while not done:
+                    items = [await aq.get()]
+                    while not aq.empty():           # what queued meanwhile goes in one write
+                        items.append(aq.get_nowait())
+                    out = []
+                    for kind, payload in items:
+                        if kind == "text":
+                            out.append(event(head + json.dumps(payload, ensure_ascii=False) + tail))
+                        else:
+                            done = True
+                    if out:
+                        yield "".join(out)
                 if req.finish_reason == "error":
-                    yield {"data": json.dumps(failed(req).body())}
+                    yield event(json.dumps(failed(req).body()))
                 else:
-                    yield {"data": chunk({}, "", _finish_reason(req.finish_reason))}
+                    last = event(chunk({}, "", _finish_reason(req.finish_reason)))
                     if include_usage:
-                        yield {"data": json.dumps({"id": rid, "object": chunk_obj,
-                                                   "created": int(time.time()), "model": name,
-                                                   "choices": [], "usage": _usage(req)})}
-                yield {"data": "[DONE]"}
+                        last += event(json.dumps({"id": rid, "object": chunk_obj, "created": created_s,
+                                                  "model": name, "choices": [], "usage": _usage(req)}))
+                    yield last + event("[DONE]")
             finally:
                 if not req.done:        # the client went away: free the slot
                     req.cancel()
 
-        return EventSourceResponse(events(), ping=15, headers={"Cache-Control": "no-cache"})
+        # server-sent events as plain bytes (Starlette cancels the generator when the client
+        # disconnects); nginx-style proxies are told not to buffer them
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     def pick_keep(ids: list, messages: Optional[list]) -> Optional[int]:
         if n_keep != "auto":
