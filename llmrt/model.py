@@ -435,18 +435,20 @@ class Model:
         """The graph for a batch of n tokens: every row's logits (all_logits), or n_out picked
         rows (1: the last token; more: one per sequence of a multi-sequence batch)."""
         cap = next((b for b in BATCH_BUCKETS if b >= n), N_BATCH)
-        kind = True if all_logits else (1 if n_out <= 1 else
-                                         next((b for b in BATCH_BUCKETS if b >= n_out), N_BATCH))
-        key = (cap, kind)
+        # rows kept: "all", or a capacity of picked rows (NOT True / 1: they are equal keys)
+        rows = "all" if all_logits else (1 if n_out <= 1 else
+                                          next((b for b in BATCH_BUCKETS if b >= n_out), N_BATCH))
+        key = (cap, rows)
         g = self._graphs.get(key)
         if g is None:
             g = _core.Graph(cap, self.n_threads, packs=self._packs, pack=self._pack)
             self.family.build_graph(g, self.hparams, _Weights(g, self.gguf, self._replaced), None,
-                                    kind if kind is True or kind > 1 else False)
+                                    True if rows == "all" else (rows if rows > 1 else False))
             g.build()
             self._graphs[key] = g
             log.debug("built graph for batch <= %d (logits: %s): %d nodes, arena %.1f MiB",
-                      cap, "all" if kind is True else f"<= {kind} rows", g.n_nodes, g.arena_bytes / 2**20)
+                      cap, "all rows" if rows == "all" else f"<= {rows} rows", g.n_nodes,
+                      g.arena_bytes / 2**20)
         return g
 
     # ---- running ---------------------------------------------------------------------------

@@ -157,3 +157,18 @@ def test_run_seqs_validation(gguf_path):
     out = g.run_seqs(tok, pos, rows, [c1, c2], [2, 1])
     assert out.shape == (2, m.n_vocab) and np.isfinite(out).all()
     assert (c1.n_used, c2.n_used) == (2, 1)
+
+
+def test_graph_kinds_do_not_collide(gguf_path):
+    """Every-row graphs, last-row graphs and multi-sequence graphs of one bucket are distinct
+    (a key of True and one of 1 are the same dict key in Python)."""
+    m = Model(gguf_path("llama"), n_threads=2)
+    ids = _ids(5, seed=1)
+    full = m(ids)                                   # bucket 8, every row
+    s = m.new_session(ctx_size=16)
+    last = s.eval(ids)                              # bucket 8, the last row
+    assert full.shape == (5, m.n_vocab) and last.shape == (m.n_vocab,)
+    np.testing.assert_allclose(last, full[-1], rtol=1e-5, atol=1e-5)
+    two = m.eval_sessions([m.new_session(ctx_size=16), m.new_session(ctx_size=16)], [ids, ids[:3]])
+    assert two.shape == (2, m.n_vocab)
+    assert len({id(g) for g in m._graphs.values()}) == len(m._graphs) == 3
