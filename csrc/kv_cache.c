@@ -449,3 +449,173 @@ int llmrt_kv_cache_copy(llmrt_kv_cache *dst, const llmrt_kv_cache *src) {
     dst->n_pending = 0;
     return LLMRT_OK;
 }
+
+/* ---- state image (sessions saved to a file) ------------------------------------------------- */
+
+#define STATE_MAGIC 0x31564B4Cu /* "LKV1" */
+
+/* A cursor over an image: writes when w != NULL, else reads from r; stops (ok = 0) at the end. */
+typedef struct {
+    unsigned char *w;
+    const unsigned char *r;
+    size_t size, at;
+    int ok;
+} cursor;
+
+static void *cur_take(cursor *k, size_t n) {
+    if (!k->ok || n > k->size - k->at) {
+        k->ok = 0;
+        return NULL;
+    }
+    void *p = (k->w != NULL ? (void *)(k->w + k->at) : (void *)(uintptr_t)(k->r + k->at));
+    k->at += n;
+    return p;
+}
+
+static size_t pad4(size_t n) { return (n + 3) & ~(size_t)3; }
+
+/* Moves n bytes between the image and `mem` (image -> mem only when apply), padded to 4. */
+static void cur_bytes(cursor *k, void *mem, size_t n, int apply) {
+    unsigned char *p = (unsigned char *)cur_take(k, pad4(n));
+    if (p == NULL) return;
+    if (k->w != NULL) {
+        memcpy(p, mem, n);
+        memset(p + n, 0, pad4(n) - n);
+    } else if (apply) {
+        memcpy(mem, p, n);
+    }
+}
+
+static int32_t cur_i32(cursor *k, int32_t v) {
+    int32_t *p = (int32_t *)cur_take(k, sizeof(int32_t));
+    if (p == NULL) return 0;
+    if (k->w != NULL) {
+        memcpy(p, &v, sizeof(v));
+        return v;
+    }
+    int32_t x;
+    memcpy(&x, p, sizeof(x));
+    return x;
+}
+
+/* One pass over the image: writes it (k->w), or reads it (checking it fits this cache) and,
+ * when apply, loads it. The header fields it reads are checked against the cache before any
+ * cell is touched; apply runs only after a checking pass succeeded. */
+static int state_pass(llmrt_kv_cache *c, cursor *k, int apply) {
+    const int writing = k->w != NULL;
+    const int has_shift = c->k_pre != NULL;
+    if ((uint32_t)cur_i32(k, (int32_t)STATE_MAGIC) != STATE_MAGIC) return LLMRT_EINVAL;
+    if (cur_i32(k, c->n_layer) != c->n_layer || cur_i32(k, c->n_ctx) != c->n_ctx ||
+        cur_i32(k, c->type) != c->type || cur_i32(k, has_shift) != has_shift) {
+        return LLMRT_EINVAL;
+    }
+    const int n_used = cur_i32(k, c->n_used);
+    const int n_phys = cur_i32(k, c->n_phys);
+    const int32_t pos_offset = cur_i32(k, c->pos_offset);
+    if (!k->ok || n_used < 0 || n_phys < n_used || n_phys > c->n_ctx || pos_offset < 0) return LLMRT_EINVAL;
+    for (int l = 0; l < c->n_layer; l++) {
+        if (cur_i32(k, c->n_head_kv[l]) != c->n_head_kv[l] || cur_i32(k, c->hd_k[l]) != c->hd_k[l] ||
+            cur_i32(k, c->hd_v[l]) != c->hd_v[l]) {
+            return LLMRT_EINVAL;
+        }
+    }
+    /* positions, token order, live marks: checked for consistency before anything is applied */
+    const size_t np = (size_t)n_phys;
+    const int32_t *pos = (const int32_t *)cur_take(k, np * sizeof(int32_t));
+    const int32_t *order = (const int32_t *)cur_take(k, (size_t)n_used * sizeof(int32_t));
+    const uint8_t *live = (const uint8_t *)cur_take(k, pad4(np));
+    if (!k->ok) return LLMRT_EINVAL;
+    if (writing) {
+        memcpy((void *)(uintptr_t)pos, c->pos, np * sizeof(int32_t));
+        memcpy((void *)(uintptr_t)order, c->order, (size_t)n_used * sizeof(int32_t));
+        memset((void *)(uintptr_t)live, 0, pad4(np));
+        memcpy((void *)(uintptr_t)live, c->live, np);
+    } else if (!apply) {
+        int n_live = 0;
+        for (size_t i = 0; i < np; i++) {
+            if (live[i] > 1) return LLMRT_EINVAL;
+            n_live += live[i];
+            int32_t p;
+            memcpy(&p, pos + i, sizeof(p));
+            if (live[i] && (p < 0 || p == LLMRT_KV_POS_FREE)) return LLMRT_EINVAL;
+        }
+        if (n_live != n_used || (n_phys > 0 && !live[np - 1])) return LLMRT_EINVAL;
+        memset(c->mark, 0, (size_t)c->n_ctx);           /* scratch: each live cell once in order */
+        for (int j = 0; j < n_used; j++) {
+            int32_t cell;
+            memcpy(&cell, order + j, sizeof(cell));
+            if (cell < 0 || cell >= n_phys || !live[cell] || c->mark[cell]) return LLMRT_EINVAL;
+            c->mark[cell] = 1;
+        }
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        cur_bytes(k, c->k[l], np * llmrt_kv_cache_k_cell_bytes(c, l), apply);
+        cur_bytes(k, c->v[l], np * llmrt_kv_cache_v_cell_bytes(c, l), apply);
+        if (!has_shift) continue;
+        cur_bytes(k, c->k_pre[l], np * kpre_cell_floats(c, l) * sizeof(float), apply);
+        const uint8_t has_rope = (uint8_t)cur_i32(k, c->has_rope[l]);
+        const uint8_t has_ff = (uint8_t)cur_i32(k, c->has_ff[l]);
+        llmrt_rope_params rp = c->rope[l];
+        cur_bytes(k, &rp, sizeof(rp), 1);
+        const size_t nff = (size_t)(c->hd_k[l] / 2 + 1);
+        if (!k->ok || has_rope > 1 || has_ff > 1) return LLMRT_EINVAL;
+        if (!writing && has_rope && (rp.n_rot < 2 || rp.n_rot % 2 != 0 || rp.n_rot > c->hd_k[l])) {
+            return LLMRT_EINVAL;
+        }
+        cur_bytes(k, c->rope_ff[l], nff * sizeof(float), apply);
+        if (apply) {
+            c->has_rope[l] = has_rope;
+            c->has_ff[l] = has_ff;
+            c->rope[l] = rp;
+        }
+    }
+    if (!k->ok || (!writing && k->at != k->size)) return LLMRT_EINVAL;
+    if (apply) {
+        memcpy(c->pos, pos, np * sizeof(int32_t));
+        memcpy(c->order, order, (size_t)n_used * sizeof(int32_t));
+        memcpy(c->live, live, np);
+        for (int i = 0; i < c->n_ctx; i++) {
+            if (i >= n_phys || !c->live[i]) {   /* free cells are visible from no position */
+                c->live[i] = 0;
+                c->pos[i] = LLMRT_KV_POS_FREE;
+            }
+        }
+        c->n_used = n_used;
+        c->n_phys = n_phys;
+        c->pos_offset = pos_offset;
+        c->n_pending = 0;
+        c->first = 0;
+    }
+    return LLMRT_OK;
+}
+
+size_t llmrt_kv_cache_state_bytes(const llmrt_kv_cache *c) {
+    /* what state_pass writes: 8 header ints, 3 per layer, positions, order, live marks, cells */
+    size_t n = 4 * 8 + (size_t)c->n_layer * 12;
+    const size_t np = (size_t)c->n_phys;
+    n += np * 4 + (size_t)c->n_used * 4 + pad4(np);
+    for (int l = 0; l < c->n_layer; l++) {
+        n += pad4(np * llmrt_kv_cache_k_cell_bytes(c, l)) + pad4(np * llmrt_kv_cache_v_cell_bytes(c, l));
+        if (c->k_pre != NULL) {
+            n += np * kpre_cell_floats(c, l) * sizeof(float) + 8 + pad4(sizeof(llmrt_rope_params)) +
+                 (size_t)(c->hd_k[l] / 2 + 1) * sizeof(float);
+        }
+    }
+    return n;
+}
+
+int llmrt_kv_cache_state_save(const llmrt_kv_cache *c, void *buf, size_t size) {
+    if (c == NULL || buf == NULL || c->n_pending != 0 || size != llmrt_kv_cache_state_bytes(c)) return LLMRT_EINVAL;
+    cursor k = { (unsigned char *)buf, NULL, size, 0, 1 };
+    const int rc = state_pass((llmrt_kv_cache *)(uintptr_t)c, &k, 0);
+    return rc == LLMRT_OK && k.at == size ? LLMRT_OK : LLMRT_EINVAL;
+}
+
+int llmrt_kv_cache_state_load(llmrt_kv_cache *c, const void *buf, size_t size) {
+    if (c == NULL || buf == NULL || c->n_pending != 0) return LLMRT_EINVAL;
+    cursor check = { NULL, (const unsigned char *)buf, size, 0, 1 };
+    int rc = state_pass(c, &check, 0);           /* everything checked, nothing written */
+    if (rc != LLMRT_OK) return rc;
+    cursor load = { NULL, (const unsigned char *)buf, size, 0, 1 };
+    return state_pass(c, &load, 1);
+}

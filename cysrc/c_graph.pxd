@@ -66,6 +66,9 @@ cdef extern from "llmrt/kv_cache.h" nogil:
     int llmrt_kv_cache_rerope(llmrt_kv_cache *c, int c0, int c1)
     int llmrt_kv_cache_shift(llmrt_kv_cache *c, int n_keep, int n_discard)
     int llmrt_kv_cache_copy(llmrt_kv_cache *dst, const llmrt_kv_cache *src)
+    size_t llmrt_kv_cache_state_bytes(const llmrt_kv_cache *c)
+    int llmrt_kv_cache_state_save(const llmrt_kv_cache *c, void *buf, size_t size)
+    int llmrt_kv_cache_state_load(llmrt_kv_cache *c, const void *buf, size_t size)
 
 cdef extern from "llmrt/graph.h" nogil:
     enum:

@@ -266,6 +266,26 @@ cdef class KVCache:
             raise ValueError(f"[kv_cache] copy_from: {other!r} does not have this cache's shapes, "
                              f"dtype and shift setting ({self!r}, shift {self.has_shift})")
 
+    def state(self):
+        """The cache's state image as bytes (kv_cache.h): cells, positions, token order, master
+        keys and rope registrations. load_state() of it gives this cache back, cell for cell."""
+        if self.c.n_pending:
+            raise ValueError(f"[kv_cache] state: {self.c.n_pending} cells are reserved for a run")
+        cdef size_t n = llmrt_kv_cache_state_bytes(self.c)
+        buf = bytearray(n)
+        cdef unsigned char[::1] b = buf
+        if llmrt_kv_cache_state_save(self.c, &b[0], n) != 0:
+            raise RuntimeError("[kv_cache] state: could not write the image")
+        return bytes(buf)
+
+    def load_state(self, data):
+        """Replace this cache's contents with a state() image of a cache of the same shapes,
+        dtype, n_ctx and shift setting. ValueError (and this cache unchanged) otherwise."""
+        cdef const unsigned char[::1] b = memoryview(bytes(data)).cast("B") if len(data) else None
+        if b is None or llmrt_kv_cache_state_load(self.c, &b[0], b.shape[0]) != 0:
+            raise ValueError("[kv_cache] load_state: the image does not fit this cache (other shapes, "
+                             "dtype, size or shift setting, or damaged)")
+
     def k_pre(self, int layer):
         """Master (pre-RoPE) keys of the tokens, in token order, f32 [n_used, n_head_kv, hd_k]
         (a copy)."""

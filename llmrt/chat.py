@@ -339,6 +339,41 @@ class ChatSession:
             return sess.eval(ids[len(hist):]), ids[len(hist):]
         return _prefill_from(sess, ids, n)
 
+    # ---- saving ------------------------------------------------------------------------------
+
+    def save(self, path) -> int:
+        """Save the conversation (messages, template, settings, the sampler's state and the KV
+        cache's cells) to `path`, atomically; returns the bytes written. ChatSession.load(path,
+        model) continues it: the next answer is the one this session would give."""
+        from llmrt.sessionfile import save_session
+        extra = {"chat": {
+            "messages": self.messages, "system": self.system, "template": self.template.source,
+            "template_name": self.template.name, "n_keep": self.n_keep,
+            "max_new_tokens": self.max_new_tokens, "stop": self.stop, "ignore_eos": self.ignore_eos,
+            "hist": self._hist, "n_past_after": self._n_past_after}}
+        return save_session(path, self.session, sampler=self.sampler, extra=extra, kind="chat")
+
+    @classmethod
+    def load(cls, path, model) -> "ChatSession":
+        """A ChatSession of `model` restored from a file ChatSession.save wrote. A file of another
+        model, or a truncated, damaged or foreign file is a llmrt.sessionfile.SessionFileError
+        (a ValueError); nothing else changes."""
+        from llmrt.sessionfile import SessionFileError, load_session
+        saved = load_session(path, model)
+        c = saved.extra.get("chat")
+        if saved.header.get("kind") != "chat" or not isinstance(c, dict):
+            raise SessionFileError(f"{path}: a {saved.header.get('kind')} state, not a chat")
+        template = ChatTemplate(c["template"], bos_token=_token_text(model.tokenizer, model.tokenizer.bos_id),
+                                eos_token=_token_text(model.tokenizer, model.tokenizer.eos_id),
+                                name=c.get("template_name", "saved"))
+        cs = cls(model, system=c["system"], template=template, session=saved.session,
+                 max_new_tokens=c["max_new_tokens"], stop=c["stop"], n_keep=c["n_keep"],
+                 ignore_eos=c["ignore_eos"], sampler=saved.sampler)
+        cs.messages = list(c["messages"])
+        cs._hist = c["hist"]
+        cs._n_past_after = c["n_past_after"]
+        return cs
+
     def send(self, user_text: str, streamer=None, max_new_tokens: int | None = None) -> str:
         """Add a user turn, generate the answer (until an end-of-generation token), return its
         text. The streamer gets the newly evaluated prompt ids first, then the answer.

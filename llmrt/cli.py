@@ -295,31 +295,52 @@ def _read_turns(interactive: bool):
               help="Jinja chat template file (or a built-in: chatml, gemma, llama2, llama3) "
                    "instead of the model's.")
 @click.option("--ignore-eos", is_flag=True, help="Do not stop answers at end-of-generation tokens.")
+@click.option("--session", "session_path", default=None, metavar="PATH",
+              help="Session file: the conversation is loaded from it if it exists and saved to it "
+                   "on exit (as llama.cpp's --prompt-cache, with the streaming cache's state).")
 @_cache_options
 @_sampling_options
 @_wq_options
 @friendly_errors
-def chat(model, system, n_predict, chat_template, ignore_eos, n_keep, n_discard, kv_mode, threads,
-         ctx_size, wq, **sampling):
+def chat(model, system, n_predict, chat_template, ignore_eos, session_path, n_keep, n_discard, kv_mode,
+         threads, ctx_size, wq, **sampling):
     """Chat with MODEL (default: smollm2-135m-instruct). Answers stream as they are generated;
-    /reset starts over, /quit or /exit (or EOF) leaves, Ctrl-C stops an answer. With stdin
-    not a terminal, each line is one user turn and nothing but the answers is printed."""
+    /reset starts over, /save PATH and /load PATH save and restore the conversation, /quit or
+    /exit (or EOF) leaves, Ctrl-C stops an answer. With stdin not a terminal, each line is one
+    user turn and nothing but the answers is printed."""
     from llmrt.chat import ChatSession
     from llmrt.streamers import TextStreamer
 
     interactive = sys.stdin.isatty()
     m = _load_model(model, threads, ctx_size, wq)
     keep = _parse_keep(n_keep, "auto")
-    cs = ChatSession(m, system=system, template=chat_template, max_new_tokens=n_predict,
-                     n_keep=keep, n_discard=n_discard,
-                     kv_mode=None if kv_mode == "shift" else kv_mode, ignore_eos=ignore_eos,
-                     **sampling)
+    if session_path is not None and os.path.exists(session_path):
+        cs = ChatSession.load(session_path, m)      # a bad file: one error line, nothing lost
+        _log(f"session: loaded {session_path} ({len(cs.messages)} messages, "
+             f"{cs.session.n_past} tokens cached)")
+    else:
+        cs = ChatSession(m, system=system, template=chat_template, max_new_tokens=n_predict,
+                         n_keep=keep, n_discard=n_discard,
+                         kv_mode=None if kv_mode == "shift" else kv_mode, ignore_eos=ignore_eos,
+                         **sampling)
     _log_cache(cs.session, keep)
     _log(f"chat template: {cs.template.name}")
     _log(f"sampling: {cs.sampler!r}")
     if interactive:
-        click.echo("Chat: /reset starts over, /quit exits, Ctrl-C stops an answer.")
+        click.echo("Chat: /reset starts over, /save PATH and /load PATH keep a conversation, "
+                   "/quit exits, Ctrl-C stops an answer.")
     streamer = TextStreamer(m.tokenizer, skip_prompt=True)
+    try:
+        _chat_loop(cs, m, streamer, interactive)
+    finally:
+        if session_path is not None:
+            n = cs.save(session_path)
+            _log(f"session: saved {session_path} ({n / 1e6:.1f} MB)")
+
+
+def _chat_loop(cs, m, streamer, interactive):
+    from llmrt.chat import ChatSession
+
     for line in _read_turns(interactive):
         cmd = line.strip()
         if not cmd:
@@ -330,6 +351,22 @@ def chat(model, system, n_predict, chat_template, ignore_eos, n_keep, n_discard,
             cs.reset()
             if interactive:
                 click.echo("(conversation cleared)")
+            continue
+        if cmd.startswith(("/save ", "/load ")):
+            path = cmd[6:].strip()
+            try:
+                if cmd.startswith("/save "):
+                    n = cs.save(path)
+                    _log(f"session: saved {path} ({n / 1e6:.1f} MB)")
+                else:
+                    loaded = ChatSession.load(path, m)
+                    cs.__dict__.update(loaded.__dict__)     # the caller's cs is now the loaded one
+                    _log(f"session: loaded {path} ({len(cs.messages)} messages, "
+                         f"{cs.session.n_past} tokens cached)")
+            except (ValueError, OSError) as e:
+                if not interactive:
+                    raise
+                _log(f"error: {e} (the conversation goes on unchanged)")
             continue
         try:
             cs.send(line, streamer=streamer)
@@ -602,11 +639,13 @@ def quantize(input_path, output_path, qtype, threads):
 @click.option("-a", "--alias", default=None, help="Model name in the API (default: the file name).")
 @click.option("--max-body-bytes", type=int, default=4 << 20, show_default=True,
               help="Largest request body accepted (413 above).")
+@click.option("--slot-save-path", default=None, metavar="DIR",
+              help="Directory of POST /slots/{id}?action=save|restore files (off without it).")
 @_THREADS_OPTION
 @_wq_options
 @friendly_errors
 def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, n_predict, max_queue,
-          timeout, chat_template, alias, max_body_bytes, threads, wq):
+          timeout, chat_template, alias, max_body_bytes, slot_save_path, threads, wq):
     """Serve MODEL (default: smollm2-135m-instruct) over an OpenAI-compatible HTTP API:
     /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics. Needs the serve extra:
     pip install "llmrt[serve]"."""
@@ -629,4 +668,4 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, n_p
     run_server(None, model=m, host=host, port=port, parallel=parallel, ctx_size=ctx_size, n_keep=keep,
                n_discard=n_discard, n_batch=n_batch, max_queue=max_queue, timeout=timeout,
                n_predict=n_predict, chat_template=chat_template, alias=alias,
-               max_body_bytes=max_body_bytes)
+               max_body_bytes=max_body_bytes, slot_save_path=slot_save_path)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import os
 import queue
 import threading
 import time
@@ -64,6 +65,10 @@ class QueueFull(RuntimeError):
     def __init__(self, message: str, retry_after: int = 1):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class SlotBusy(RuntimeError):
+    """A slot operation (save, restore) on a slot that is serving a request."""
 
 
 @dataclass
@@ -316,6 +321,57 @@ class Engine:
         return [{"id": s.id, "busy": s.req is not None, "n_ctx": s.session.n_ctx,
                  "n_past": s.session.n_past, "n_keep": s.session.n_keep,
                  "n_shifts": s.session.n_shifts, "history": len(s.history)} for s in self.slots]
+
+    def save_slot(self, i: int, path) -> dict:
+        """Save idle slot i (its cache, history and last logits) to `path` (llmrt/sessionfile.py).
+        ValueError if the slot does not exist; SlotBusy while it serves a request."""
+        from llmrt.sessionfile import save_session
+        t0 = time.perf_counter()
+        with self._cv:                       # holding the lock: no request is admitted to it
+            s = self._idle_slot(i)
+            n = save_session(path, s.session, kind="slot", last_logits=s.last_logits,
+                             extra={"slot": {"history": s.history, "conversation": s.conversation,
+                                             "exact": s.exact}})
+            return {"id_slot": i, "n_saved": len(s.history), "n_written": n,
+                    "save_ms": (time.perf_counter() - t0) * 1e3}
+
+    def restore_slot(self, i: int, path) -> dict:
+        """Restore idle slot i from a file save_slot wrote (the same model, ctx_size, kv_mode).
+        A bad file is a SessionFileError (a ValueError) and the slot keeps what it had."""
+        from llmrt.sessionfile import SessionFileError, load_into, read_session_file
+        t0 = time.perf_counter()
+        with self._cv:
+            s = self._idle_slot(i)
+            saved = read_session_file(path, self.model)
+            info = saved.extra.get("slot")
+            if saved.header.get("kind") != "slot" or not isinstance(info, dict):
+                raise SessionFileError(f"{path}: a {saved.header.get('kind')} state, not a server slot")
+            load_into(path, s.session)
+            s.history = [int(t) for t in info["history"]]
+            s.conversation = info.get("conversation")
+            s.last_logits = saved.last_logits
+            # the prefix cache's "never shifted" holds only if it held when saved
+            s.shifts0 = s.session.n_shifts if info.get("exact") else -1
+            s.last_used = time.monotonic()
+            return {"id_slot": i, "n_restored": len(s.history), "n_read": os.path.getsize(path),
+                    "restore_ms": (time.perf_counter() - t0) * 1e3}
+
+    def erase_slot(self, i: int) -> dict:
+        """Forget idle slot i's cache and history (SlotBusy while it serves a request)."""
+        with self._cv:
+            s = self._idle_slot(i)
+            n = len(s.history)
+            s.reset()
+            s.conversation = None
+            return {"id_slot": i, "n_erased": n}
+
+    def _idle_slot(self, i: int) -> "_Slot":
+        if not isinstance(i, int) or not 0 <= i < len(self.slots):
+            raise ValueError(f"no slot {i}: slots are 0..{len(self.slots) - 1}")
+        s = self.slots[i]
+        if s.req is not None:
+            raise SlotBusy(f"slot {i} is serving a request")
+        return s
 
     def close(self, timeout: float = 10.0):
         """Stop the engine thread; requests still queued or running end with an error."""

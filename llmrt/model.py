@@ -136,6 +136,7 @@ class Session:
         self.tokens: List[int] = []
         self.n_evicted = 0      # tokens evicted so far (totals, for tests and logs)
         self.n_shifts = 0       # evictions so far (each one shift or one recompute)
+        self.sampler = self.last_logits = None    # what Session.load found saved with it
 
     # ---- settings --------------------------------------------------------------------------
 
@@ -197,6 +198,27 @@ class Session:
             raise ValueError(f"cannot truncate a session of {len(self.tokens)} tokens to {n}")
         self.cache.truncate(n)
         del self.tokens[n:]
+
+    # ---- saving ----------------------------------------------------------------------------
+
+    def save(self, path, sampler=None, last_logits=None) -> int:
+        """Save this session (tokens, the cache's cells as they lie, settings, counters; and a
+        generation's sampler and last logits if given) to `path`, atomically; returns the bytes
+        written. Session.load gives it back: the next tokens are the ones this session would
+        give (llmrt/sessionfile.py)."""
+        from llmrt.sessionfile import save_session
+        return save_session(path, self, sampler=sampler, last_logits=last_logits)
+
+    @classmethod
+    def load(cls, path, model: "Model") -> "Session":
+        """A Session of `model` restored from `path`; `.sampler` and `.last_logits` hold what
+        was saved with it (or None). A file of another model, a truncated or foreign file is a
+        llmrt.sessionfile.SessionFileError (a ValueError)."""
+        from llmrt.sessionfile import load_session
+        saved = load_session(path, model)
+        sess = saved.session
+        sess.sampler, sess.last_logits = saved.sampler, saved.last_logits
+        return sess
 
     # ---- evaluation ------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@
 
 Routes: POST /v1/chat/completions, POST /v1/completions (both with `stream` as server-sent
 events in OpenAI's chunk format, ending with `data: [DONE]`), GET /v1/models, GET /health,
-GET /metrics (Prometheus), GET /slots (each slot's cache: cells used, pinned, shifts).
+GET /metrics (Prometheus), GET /slots (each slot's cache: cells used, pinned, shifts), POST
+/slots/{id}?action=save|restore|erase (llama.cpp's slot API; files inside --slot-save-path).
 
 This file is a thin layer: it parses and checks the JSON, renders the chat template, and hands
 the ids to the engine, which owns batching, slots and their streaming caches. Every bad request
@@ -22,6 +23,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import time
 import uuid
 from typing import Any, Optional
@@ -172,10 +174,11 @@ def _usage(req) -> dict:
 # ---- the app ------------------------------------------------------------------------------------
 
 def create_app(engine, model_name: str, template=None, *, n_keep="auto",
-               max_body_bytes: int = MAX_BODY_BYTES):
+               max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None):
     """The FastAPI app over `engine` (llmrt.engine.Engine). template: a llmrt.chat.ChatTemplate
     (default: the model's). n_keep: "auto" pins BOS + the system prompt of each new conversation
-    (capped at half the context), an int pins that many, None leaves the engine's."""
+    (capped at half the context), an int pins that many, None leaves the engine's.
+    slot_save_path: the directory of POST /slots/{id}?action=save|restore (None: off)."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -464,6 +467,48 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     async def slots():
         return engine.slot_info()
 
+    @app.post("/slots/{id_slot}")
+    async def slot_action(request: Request, id_slot: str, action: str = ""):
+        """llama.cpp's slot API: ?action=save|restore with {"filename": NAME} (a plain file name
+        inside --slot-save-path), ?action=erase."""
+        from llmrt.engine import SlotBusy
+        try:
+            i = int(id_slot)
+        except ValueError:
+            raise APIError(400, f"slot id must be an integer, got {id_slot!r}", param="id_slot") from None
+        if action not in ("save", "restore", "erase"):
+            raise APIError(400, f"action must be save, restore or erase, got {action!r}", param="action")
+        path = filename = None
+        if action != "erase":
+            if slot_save_path is None:
+                raise APIError(400, "slot save and restore are off: start the server with --slot-save-path DIR",
+                               code="not_enabled")
+            body = await read_json(request)
+            filename = body.get("filename")
+            if (not isinstance(filename, str) or not filename or "/" in filename or "\\" in filename
+                    or ".." in filename or filename.startswith(".") or "\0" in filename):
+                raise APIError(400, "'filename' must be a plain file name (no '/', no '..')",
+                               param="filename")
+            path = os.path.join(slot_save_path, filename)
+        loop = asyncio.get_running_loop()
+        try:
+            if action == "save":
+                r = await loop.run_in_executor(None, engine.save_slot, i, path)
+                return {"id_slot": i, "filename": filename, "n_saved": r["n_saved"],
+                        "n_written": r["n_written"], "timings": {"save_ms": r["save_ms"]}}
+            if action == "restore":
+                if not os.path.isfile(path):
+                    raise APIError(404, f"no saved slot named {filename!r}", param="filename",
+                                   type_="not_found_error")
+                r = await loop.run_in_executor(None, engine.restore_slot, i, path)
+                return {"id_slot": i, "filename": filename, "n_restored": r["n_restored"],
+                        "n_read": r["n_read"], "timings": {"restore_ms": r["restore_ms"]}}
+            return await loop.run_in_executor(None, engine.erase_slot, i)
+        except SlotBusy as e:
+            raise APIError(409, str(e), code="slot_busy") from None
+        except ValueError as e:          # no such slot, or a file that does not fit (SessionFileError)
+            raise APIError(400, str(e)) from None
+
     @app.get("/metrics")
     async def metrics():
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
@@ -475,7 +520,8 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
           ctx_size: Optional[int] = None, n_keep="auto", n_discard: int = -1, threads=None,
           n_batch: int = 256, max_queue: int = 64, timeout: float = 600.0, n_predict: int = -1,
           chat_template: Optional[str] = None, alias: Optional[str] = None,
-          max_body_bytes: int = MAX_BODY_BYTES, model=None, log_level: str = "info"):
+          max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None, model=None,
+          log_level: str = "info"):
     """Load the model, start the engine and run uvicorn until interrupted."""
     import os
 
@@ -493,7 +539,10 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
                     n_batch=n_batch, max_queue=max_queue, queue_timeout=timeout, n_predict=n_predict)
     template = ChatTemplate.for_model(model, chat_template) if model.tokenizer is not None else None
     name = alias or os.path.basename(str(model.path))
-    app = create_app(engine, name, template, n_keep=n_keep, max_body_bytes=max_body_bytes)
+    if slot_save_path is not None:
+        os.makedirs(slot_save_path, exist_ok=True)
+    app = create_app(engine, name, template, n_keep=n_keep, max_body_bytes=max_body_bytes,
+                     slot_save_path=slot_save_path)
     log.info("llmrt: serving %s on http://%s:%d (%d slots of %d cells, n_keep %s)", name, host, port,
              parallel, ctx, n_keep)
     try:

@@ -94,8 +94,10 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory):
     """One slot, one queue place, a small context: the queue bound and the streaming cache."""
-    s = Server(tmp_path_factory.mktemp("serve1"), "-np", "1", "-c", "96", "--max-queue", "1",
-               "--timeout", "30")
+    d = tmp_path_factory.mktemp("serve1")
+    s = Server(d, "-np", "1", "-c", "96", "--max-queue", "1", "--timeout", "30",
+               "--slot-save-path", str(d / "slots"))
+    s.slot_dir = d / "slots"
     yield s
     s.stop()
 
@@ -366,3 +368,58 @@ def test_cli_needs_a_model_file(tmp_path):
     r = subprocess.run([sys.executable, "-m", "llmrt", "serve", str(bad), "--port", str(_free_port())],
                        capture_output=True, text=True, timeout=60, env=dict(os.environ))
     assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_slot_save_erase_restore(small_server):
+    """llama.cpp's slot API: save the slot after a turn, erase it, restore it: the next turn is
+    served from the restored cache with the same answer as before."""
+    url = small_server.url
+    msgs = [{"role": "user", "content": "Name a color."}]
+    r1 = small_server.client.chat.completions.create(model="x", messages=msgs, temperature=0, max_tokens=10)
+    msgs2 = msgs + [{"role": "assistant", "content": r1.choices[0].message.content},
+                    {"role": "user", "content": "And another."}]
+    save = httpx.post(url + "/slots/0?action=save", json={"filename": "conv.bin"}, timeout=TIMEOUT)
+    assert save.status_code == 200 and save.json()["n_saved"] > 10
+    assert (small_server.slot_dir / "conv.bin").stat().st_size == save.json()["n_written"]
+    r2 = small_server.client.chat.completions.create(model="x", messages=msgs2, temperature=0, max_tokens=10)
+    cached = r2.usage.prompt_tokens_details.cached_tokens
+    assert cached > 10
+    assert httpx.post(url + "/slots/0?action=erase", timeout=TIMEOUT).json()["n_erased"] > 0
+    restore = httpx.post(url + "/slots/0?action=restore", json={"filename": "conv.bin"}, timeout=TIMEOUT)
+    assert restore.status_code == 200 and restore.json()["n_restored"] == save.json()["n_saved"]
+    r3 = small_server.client.chat.completions.create(model="x", messages=msgs2, temperature=0, max_tokens=10)
+    assert r3.usage.prompt_tokens_details.cached_tokens == cached
+    assert r3.choices[0].message.content == r2.choices[0].message.content
+
+
+@pytest.mark.parametrize("query,body,status", [
+    ("?action=save", {"filename": "../x.bin"}, 400), ("?action=save", {"filename": "a/b"}, 400),
+    ("?action=save", {"filename": ""}, 400), ("?action=save", {"filename": 5}, 400),
+    ("?action=save", {"filename": ".hidden"}, 400), ("?action=restore", {"filename": "none.bin"}, 404),
+    ("?action=fly", {"filename": "a.bin"}, 400), ("?action=save", None, 400),
+])
+def test_slot_api_bad_requests(small_server, query, body, status):
+    slot = "7" if body is None else "0"           # (no slot 7)
+    r = httpx.post(small_server.url + "/slots/" + slot + query, json=body or {"filename": "a.bin"},
+                   timeout=TIMEOUT)
+    assert r.status_code == status and "error" in r.json()
+
+
+def test_slot_restore_of_a_bad_file_changes_nothing(small_server):
+    (small_server.slot_dir / "junk.bin").write_bytes(b"not a session")
+    before = httpx.get(small_server.url + "/slots", timeout=TIMEOUT).json()
+    r = httpx.post(small_server.url + "/slots/0?action=restore", json={"filename": "junk.bin"},
+                   timeout=TIMEOUT)
+    assert r.status_code == 400 and "not an llmrt session file" in r.json()["error"]["message"]
+    assert httpx.get(small_server.url + "/slots", timeout=TIMEOUT).json() == before
+
+
+def test_slot_busy_is_409(small_server):
+    body = {"prompt": "Hello", "max_tokens": 100000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", small_server.url + "/v1/completions", json=body, timeout=TIMEOUT) as running:
+        lines = running.iter_lines()
+        next(lines)
+        r = httpx.post(small_server.url + "/slots/0?action=save", json={"filename": "busy.bin"},
+                       timeout=TIMEOUT)
+        assert r.status_code == 409 and r.json()["error"]["code"] == "slot_busy"
+    assert not (small_server.slot_dir / "busy.bin").exists()

@@ -147,6 +147,20 @@ int llmrt_kv_cache_shift(llmrt_kv_cache *c, int n_keep, int n_discard);
  * shapes and type; dst has shift enabled iff src has). LLMRT_EINVAL otherwise. */
 int llmrt_kv_cache_copy(llmrt_kv_cache *dst, const llmrt_kv_cache *src);
 
+/* ---- state image (saving a session) ---------------------------------------------------------
+ * Everything that defines what attention sees, as bytes: the shapes and type (checked on load),
+ * n_used, n_phys, pos_offset, the positions and live marks of cells [0, n_phys), the token
+ * order, and per layer the K and V of those cells and, with shift enabled, their master keys and
+ * the layer's rope registration. Cells keep their indices, so a loaded cache is the saved one
+ * cell for cell (attention visits cells in index order: the same sums). Native byte order. */
+size_t llmrt_kv_cache_state_bytes(const llmrt_kv_cache *c);
+/* Writes the image (exactly state_bytes bytes; nothing may be pending). LLMRT_EINVAL otherwise. */
+int llmrt_kv_cache_state_save(const llmrt_kv_cache *c, void *buf, size_t size);
+/* Loads an image into a cache of the same shapes, type, n_ctx and shift setting. Checks all of it
+ * first (sizes, shapes, cell marks, token order, rope parameters): on LLMRT_EINVAL the cache is
+ * unchanged. Free cells get position LLMRT_KV_POS_FREE whatever the image says. */
+int llmrt_kv_cache_state_load(llmrt_kv_cache *c, const void *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

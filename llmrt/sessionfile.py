@@ -1,0 +1,242 @@
+"""Session files: a conversation's or a generation's state saved so that a later process goes on
+exactly where this one stopped (llama.cpp's --prompt-cache / slot save, for a streaming cache).
+
+    save_session(path, session, sampler=sampler, extra={...})     # Session.save / ChatSession.save
+    state = load_session(path, model)        # -> SavedSession: .session (a new Session), .sampler,
+                                             #    .extra, .last_logits
+    load_into(path, session)                 # restore into an existing Session (a server slot)
+
+What is saved: the tokens, the streaming cache's cells exactly as they lie (KVCache.state(): K,
+V, the pre-RoPE master keys, positions, the shift offset; cells keep their indices, so attention
+sums in the same order and the next answer is the one the uninterrupted process would give),
+n_keep, n_discard, kv_mode, the eviction counters, the sampler's parameters and random state,
+and what the front end adds (a chat's messages and template).
+
+Format (version 1): b"LLMRTSES", u32 version, u64 header length, a UTF-8 JSON header, then the
+blobs the header lists (name, bytes, sha256). The header names the model by a fingerprint of its
+architecture, hyperparameters, tensor table and the first bytes of three tensors. Loading checks
+the magic, the version, the JSON, the model, every blob's length and checksum and the cache
+image's shapes before anything is changed: a foreign, truncated or damaged file, or one of
+another model, is a SessionFileError (a ValueError) and the running session stays as it was.
+Writes go to a temporary file in the same directory, are flushed to disk and renamed over the
+real name: a crash never leaves half a file under it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+MAGIC = b"LLMRTSES"
+VERSION = 1
+_HEAD = struct.Struct("<8sIQ")       # magic, version, header bytes
+MAX_HEADER = 256 << 20               # a header larger than this is not ours
+
+
+class SessionFileError(ValueError):
+    """A session file that cannot be loaded here (see the module doc)."""
+
+
+def model_fingerprint(model) -> str:
+    """sha256 over the model's architecture, vocabulary size, tensor table (names, types,
+    shapes), the first 4 KB of three of its tensors and the weight-only quantization at load:
+    another file (or the same one quantized otherwise) gets another fingerprint."""
+    h = hashlib.sha256()
+    h.update(f"{model.arch};{model.n_vocab};{getattr(model, 'wq', None)!r};".encode())
+    tensors = model.gguf.tensors
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"{name}:{int(t.type)}:{tuple(t.shape)};".encode())
+    names = sorted(tensors)
+    for name in (names[0], names[len(names) // 2], names[-1]):
+        data = np.asarray(tensors[name].data).reshape(-1).view(np.uint8)
+        h.update(data[:4096].tobytes())
+    return h.hexdigest()
+
+
+def sampler_state(sampler) -> Optional[dict]:
+    if sampler is None:
+        return None
+    params = {k: getattr(sampler, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                                                 "repeat_last_n", "frequency_penalty", "presence_penalty",
+                                                 "seed")}
+    return {"params": params, "rng": sampler.rng.bit_generator.state}
+
+
+def restore_sampler(state: Optional[dict]):
+    """A Sampler with the saved parameters and random state (None if none was saved)."""
+    if state is None:
+        return None
+    from llmrt.sampling import Sampler
+    s = Sampler(**state["params"])
+    try:
+        s.rng.bit_generator.state = state["rng"]
+    except (TypeError, ValueError, KeyError) as e:
+        raise SessionFileError(f"the sampler's random state cannot be restored: {e}") from None
+    return s
+
+
+def _write_atomic(path: str, chunks) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for c in chunks:
+                f.write(c)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def save_session(path, session, *, sampler=None, extra: Optional[dict] = None, kind: str = "generation",
+                 last_logits: Optional[np.ndarray] = None) -> int:
+    """Write `session`'s state to `path` (atomically). Returns the bytes written."""
+    model = session.model
+    kv = session.cache.state()
+    blobs = [("kv", kv)]
+    if last_logits is not None:
+        blobs.append(("logits", np.ascontiguousarray(last_logits, dtype="<f4").tobytes()))
+    header = {
+        "format": VERSION,
+        "kind": kind,
+        "model": {"fingerprint": model_fingerprint(model), "file": os.path.basename(str(model.path)),
+                  "arch": model.arch},
+        "session": {"n_ctx": session.n_ctx, "kv_dtype": model.kv_dtype, "kv_mode": session.kv_mode,
+                    "n_keep": session.n_keep, "n_discard": session.n_discard,
+                    "n_evicted": session.n_evicted, "n_shifts": session.n_shifts,
+                    "tokens": [int(t) for t in session.tokens]},
+        "sampler": sampler_state(sampler),
+        "extra": extra or {},
+        "blobs": [{"name": n, "bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in blobs],
+    }
+    head = json.dumps(header, ensure_ascii=False).encode("utf-8")
+    chunks = [_HEAD.pack(MAGIC, VERSION, len(head)), head] + [b for _, b in blobs]
+    _write_atomic(str(path), chunks)
+    return sum(len(c) for c in chunks)
+
+
+@dataclass
+class SavedSession:
+    header: dict
+    blobs: dict
+    session: object = None
+    sampler: object = None
+    extra: dict = field(default_factory=dict)
+    last_logits: Optional[np.ndarray] = None
+
+
+def read_session_file(path, model) -> SavedSession:
+    """Read and check a session file against `model` (nothing is restored yet)."""
+    path = str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise SessionFileError(f"{path}: cannot read the session file: {e.strerror or e}") from None
+    if len(raw) < _HEAD.size or raw[:8] != MAGIC:
+        raise SessionFileError(f"{path}: not an llmrt session file")
+    magic, version, n_head = _HEAD.unpack_from(raw)
+    if version != VERSION:
+        raise SessionFileError(f"{path}: session file format {version}, this llmrt reads {VERSION}")
+    if n_head > MAX_HEADER or _HEAD.size + n_head > len(raw):
+        raise SessionFileError(f"{path}: truncated session file (header)")
+    try:
+        header = json.loads(raw[_HEAD.size:_HEAD.size + n_head].decode("utf-8"))
+        blobs_meta = header["blobs"]
+        sess = header["session"]
+        mdl = header["model"]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise SessionFileError(f"{path}: damaged session file header ({e})") from None
+    fp = model_fingerprint(model)
+    if mdl.get("fingerprint") != fp:
+        raise SessionFileError(f"{path}: saved with another model ({mdl.get('file')}, {mdl.get('arch')}), "
+                               f"not {os.path.basename(str(model.path))}")
+    at = _HEAD.size + n_head
+    blobs = {}
+    for b in blobs_meta:
+        n = int(b["bytes"])
+        data = raw[at:at + n]
+        if len(data) != n:
+            raise SessionFileError(f"{path}: truncated session file ({b['name']}: {len(data)} of {n} bytes)")
+        if hashlib.sha256(data).hexdigest() != b["sha256"]:
+            raise SessionFileError(f"{path}: damaged session file ({b['name']} checksum)")
+        blobs[b["name"]] = data
+        at += n
+    if at != len(raw):
+        raise SessionFileError(f"{path}: {len(raw) - at} bytes after the last blob: damaged file")
+    if "kv" not in blobs:
+        raise SessionFileError(f"{path}: no cache image in the session file")
+    if sess.get("kv_dtype") != model.kv_dtype:
+        raise SessionFileError(f"{path}: saved with a {sess.get('kv_dtype')} KV cache, this model runs "
+                               f"{model.kv_dtype} (kv_dtype)")
+    out = SavedSession(header=header, blobs=blobs, extra=header.get("extra") or {})
+    if "logits" in blobs:
+        lg = np.frombuffer(blobs["logits"], dtype="<f4")
+        if lg.size != model.n_vocab:
+            raise SessionFileError(f"{path}: saved logits of {lg.size} entries, the model has {model.n_vocab}")
+        out.last_logits = lg.astype(np.float32)
+    return out
+
+
+def _apply(saved: SavedSession, session, path) -> None:
+    """Restore the checked state into `session` (its settings must match): all or nothing."""
+    s = saved.header["session"]
+    tokens = [int(t) for t in s["tokens"]]
+    if session.n_ctx != s["n_ctx"] or session.kv_mode != s["kv_mode"]:
+        raise SessionFileError(f"{path}: saved from a cache of {s['n_ctx']} cells in mode {s['kv_mode']}; "
+                               f"this one has {session.n_ctx} in mode {session.kv_mode}")
+    if session.cache.n_pending:
+        raise SessionFileError(f"{path}: the session is in the middle of a run")
+    before = session.cache.state()
+    try:
+        session.cache.load_state(saved.blobs["kv"])     # checked in C before any cell changes
+    except ValueError as e:
+        raise SessionFileError(f"{path}: {e}") from None
+    if session.cache.n_used != len(tokens):
+        session.cache.load_state(before)
+        raise SessionFileError(f"{path}: {len(tokens)} tokens but {session.cache.n_used} cached: damaged file")
+    try:
+        keep, discard = session.n_keep, session.n_discard
+        session.n_discard = -1
+        session.n_keep = int(s["n_keep"])
+        session.n_discard = int(s["n_discard"])
+    except ValueError as e:
+        session.cache.load_state(before)
+        session.n_discard, session.n_keep = -1, keep
+        session.n_discard = discard
+        raise SessionFileError(f"{path}: {e}") from None
+    session.tokens = tokens
+    session.n_evicted = int(s.get("n_evicted", 0))
+    session.n_shifts = int(s.get("n_shifts", 0))
+
+
+def load_session(path, model) -> SavedSession:
+    """A new Session of `model` restored from `path` (plus the saved sampler and extras)."""
+    saved = read_session_file(path, model)
+    s = saved.header["session"]
+    session = model.new_session(s["n_ctx"], n_keep=0, n_discard=-1, kv_mode=s["kv_mode"])
+    _apply(saved, session, path)
+    saved.session = session
+    saved.sampler = restore_sampler(saved.header.get("sampler"))
+    return saved
+
+
+def load_into(path, session) -> SavedSession:
+    """Restore `path` into an existing Session (same n_ctx and kv_mode): all or nothing."""
+    saved = read_session_file(path, session.model)
+    _apply(saved, session, path)
+    saved.session = session
+    saved.sampler = restore_sampler(saved.header.get("sampler"))
+    return saved
