@@ -317,10 +317,12 @@ class Engine:
             }
 
     def slot_info(self) -> list:
-        """Per slot: id, busy, cells used, n_keep, shifts so far, tokens in its history."""
+        """Per slot: id, busy, cells used, n_keep, shifts so far, tokens in its history, the
+        conversation key it last served (the chat page finds its slot by it)."""
         return [{"id": s.id, "busy": s.req is not None, "n_ctx": s.session.n_ctx,
                  "n_past": s.session.n_past, "n_keep": s.session.n_keep,
-                 "n_shifts": s.session.n_shifts, "history": len(s.history)} for s in self.slots]
+                 "n_shifts": s.session.n_shifts, "history": len(s.history),
+                 "conversation": s.conversation} for s in self.slots]
 
     def save_slot(self, i: int, path) -> dict:
         """Save idle slot i (its cache, history and last logits) to `path` (llmrt/sessionfile.py).

@@ -3,7 +3,7 @@
     pip install "llmrt[serve]"
     llmrt serve model.gguf --port 8080 --parallel 4 --ctx-size 2048 --n-keep auto
 
-Routes: POST /v1/chat/completions, POST /v1/completions (both with `stream` as server-sent
+Routes: GET / (a chat page in the browser), POST /v1/chat/completions, POST /v1/completions (both with `stream` as server-sent
 events in OpenAI's chunk format, ending with `data: [DONE]`), GET /v1/models, GET /health,
 GET /metrics (Prometheus), GET /slots (each slot's cache: cells used, pinned, shifts), POST
 /slots/{id}?action=save|restore|erase (llama.cpp's slot API; files inside --slot-save-path).
@@ -26,6 +26,7 @@ import math
 import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Optional
 
 log = logging.getLogger("llmrt")
@@ -181,7 +182,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     slot_save_path: the directory of POST /slots/{id}?action=save|restore (None: off)."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -447,6 +448,16 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         if "n_keep" not in kw and n_keep != "auto" and n_keep is not None:
             kw["n_keep"] = n_keep
         return await run(request, ids, kw, body, chat=False)
+
+    page = None
+
+    @app.get("/")
+    async def chat_page():
+        """The chat page (llmrt/static/chat.html): one static file, no build step, no CDN."""
+        nonlocal page
+        if page is None:
+            page = (Path(__file__).parent / "static" / "chat.html").read_text(encoding="utf-8")
+        return HTMLResponse(page, headers={"Cache-Control": "no-cache"})
 
     @app.get("/v1/models")
     async def models():
