@@ -641,11 +641,18 @@ def quantize(input_path, output_path, qtype, threads):
               help="Largest request body accepted (413 above).")
 @click.option("--slot-save-path", default=None, metavar="DIR",
               help="Directory of POST /slots/{id}?action=save|restore files (off without it).")
+@click.option("--ray", "use_ray", is_flag=True,
+              help="Run --replicas replicas on Ray Serve behind its HTTP proxy (pip install "
+                   "\"llmrt[ray]\"), with conversation affinity (serve_multiplexed_model_id header).")
+@click.option("--replicas", type=int, default=2, show_default=True, help="Replicas with --ray.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="With --ray: join this Ray cluster (e.g. auto) instead of starting a local one.")
 @_THREADS_OPTION
 @_wq_options
 @friendly_errors
 def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, n_predict, max_queue,
-          timeout, chat_template, alias, max_body_bytes, slot_save_path, threads, wq):
+          timeout, chat_template, alias, max_body_bytes, slot_save_path, use_ray, replicas, ray_address,
+          threads, wq):
     """Serve MODEL (default: smollm2-135m-instruct) over an OpenAI-compatible HTTP API:
     /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics. Needs the serve extra:
     pip install "llmrt[serve]"."""
@@ -664,6 +671,24 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, n_p
     if parallel < 1:
         raise click.BadParameter(f"must be >= 1, got {parallel}", param_hint="--parallel")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if use_ray:
+        try:
+            from llmrt import ray_serve
+        except ImportError as e:
+            raise ValueError(f"llmrt serve --ray needs the ray extra ({e.name} is missing): "
+                             f'pip install "llmrt[ray]"') from None
+        if replicas < 1:
+            raise click.BadParameter(f"must be >= 1, got {replicas}", param_hint="--replicas")
+        if any(v is not None for v in wq.values()) or slot_save_path:
+            raise ValueError("--ray runs plain replicas: weight-only quantization flags and "
+                             "--slot-save-path are not passed to them")
+        from llmrt.hub import resolve_model
+        path = resolve_model(model)
+        ray_serve.run(path, host=host, port=port, replicas=replicas, address=ray_address, options={
+            "threads": threads, "ctx_size": ctx_size, "parallel": parallel, "n_keep": keep,
+            "n_discard": n_discard, "n_batch": n_batch, "max_queue": max_queue, "timeout": timeout,
+            "n_predict": n_predict, "chat_template": chat_template, "alias": alias})
+        return
     m = _load_model(model, threads, ctx_size, wq)
     run_server(None, model=m, host=host, port=port, parallel=parallel, ctx_size=ctx_size, n_keep=keep,
                n_discard=n_discard, n_batch=n_batch, max_queue=max_queue, timeout=timeout,

@@ -308,7 +308,8 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     async def run(request: Request, ids: list, kw: dict, body: dict, chat: bool):
         stream = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        conversation = body.get("user") or request.headers.get("x-session-id")
+        conversation = (body.get("user") or request.headers.get("x-session-id")
+                        or request.headers.get("serve_multiplexed_model_id"))   # (Ray Serve's)
         loop = asyncio.get_running_loop()
         aq: asyncio.Queue = asyncio.Queue()
         req = submit(ids, kw, conversation, loop, aq)
