@@ -29,9 +29,11 @@ Prefix cache. A slot remembers every id fed to its cache since it was last reset
 evicted ids included). A request whose prompt starts with a slot's whole history continues that
 cache as it is: only the rest is prefilled, however many evictions happened (a conversation
 sent back turn after turn stays unbounded). Otherwise, if the slot never evicted, its cache is
-cut back to the longest common prefix (a shared system prompt). Requests go to the idle slot that
-reuses the most (a `conversation` key names a preferred slot first), else the least recently
-used one. The reused count is the request's usage.cached_tokens.
+cut back to the longest common prefix (a shared system prompt). A request goes to the idle slot
+of its `conversation` key, else to one whose whole history it continues, else to an empty slot
+(a new conversation never cuts another one's cache while a slot is free), else to one whose
+history it mostly shares, else to the least recently used one (Engine._pick). The reused count
+is the request's usage.cached_tokens.
 
 Bad input raises ValueError from submit(); a full queue raises QueueFull (retry_after seconds);
 a request that waits longer than queue_timeout for a slot ends with finish_reason "error".
@@ -489,11 +491,26 @@ class Engine:
         return min(c, len(ids) - 1)
 
     def _pick(self, idle: list, req: Request) -> _Slot:
+        """The idle slot for a request: its conversation's; else one whose whole history the
+        prompt continues (most reused first); else an empty slot (a new conversation never cuts
+        another one's cache while a slot is free, even when they share a system prompt); else
+        one whose history the prompt mostly shares (>= half of it: little is lost); else the
+        least recently used one."""
         if req.conversation is not None:
             for s in idle:
                 if s.conversation == req.conversation:
                     return s
-        return max(idle, key=lambda s: (self._reuse(s, req.prompt_ids), -s.last_used))
+        reuse = {s.id: self._reuse(s, req.prompt_ids) for s in idle}
+        whole = [s for s in idle if s.history and reuse[s.id] >= len(s.history)]
+        if whole:
+            return max(whole, key=lambda s: reuse[s.id])
+        empty = [s for s in idle if not s.history]
+        if empty:
+            return empty[0]
+        most = [s for s in idle if 2 * reuse[s.id] >= len(s.history)]
+        if most:
+            return max(most, key=lambda s: (reuse[s.id], -s.last_used))
+        return min(idle, key=lambda s: s.last_used)
 
     def _assign(self, s: _Slot, req: Request):
         ids = req.prompt_ids

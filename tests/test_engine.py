@@ -145,6 +145,30 @@ def test_prefix_cache_reuses_the_conversation(tiny):
         assert r.ids == _solo(tiny, hist, 3, ctx_size=32, n_keep=2)
 
 
+def test_a_new_conversation_does_not_take_another_ones_slot(tiny):
+    """Two conversations sharing a system prompt on 3 slots: the second gets an empty slot (the
+    first one's cache stays whole), each follow-up continues its own slot; when no slot is free
+    the least recently used one is taken."""
+    sys_ids = _ids(12, seed=20)
+    a1, b1 = sys_ids + _ids(6, seed=21), sys_ids + _ids(6, seed=22)
+    with Engine(tiny, n_parallel=3) as eng:
+        ra = eng.submit(a1, max_tokens=4, temperature=0, ignore_eos=True).wait(WAIT)
+        rb = eng.submit(b1, max_tokens=4, temperature=0, ignore_eos=True).wait(WAIT)
+        assert ra.slot != rb.slot and rb.usage.cached_tokens == 0
+        ra2 = eng.submit(a1 + ra.ids + [5], max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)
+        rb2 = eng.submit(b1 + rb.ids + [5], max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)
+        assert (ra2.slot, rb2.slot) == (ra.slot, rb.slot)
+        assert ra2.usage.cached_tokens == len(a1) + 3 and rb2.usage.cached_tokens == len(b1) + 3
+        c = eng.submit(_ids(9, seed=23), max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)
+        assert c.slot not in (ra.slot, rb.slot)            # the empty one
+        d = eng.submit(_ids(9, seed=24), max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)
+        assert d.slot == ra.slot                           # none free: the least recently used
+        # a prompt that mostly repeats a slot's short history takes that slot
+        e = eng.submit(list(eng.slots[c.slot].history[:-1]) + [7, 8], max_tokens=2, temperature=0,
+                       ignore_eos=True).wait(WAIT)
+        assert e.slot == c.slot and e.usage.cached_tokens == len(eng.slots[c.slot].history) - 3
+
+
 def _feed_greedy(m, s, ids, n):
     """Feed ids to session s, then n greedy ids (the last one not fed, as the engine does)."""
     lg = s.eval(ids)
