@@ -492,7 +492,8 @@ class Engine:
 
     def _pick(self, idle: list, req: Request) -> _Slot:
         """The idle slot for a request: its conversation's; else one whose whole history the
-        prompt continues (most reused first); else an empty slot (a new conversation never cuts
+        prompt continues, or that holds the whole prompt (a retry), most reused first; else an
+        empty slot (a new conversation never cuts
         another one's cache while a slot is free, even when they share a system prompt); else
         one whose history the prompt mostly shares (>= half of it: little is lost); else the
         least recently used one."""
@@ -501,7 +502,8 @@ class Engine:
                 if s.conversation == req.conversation:
                     return s
         reuse = {s.id: self._reuse(s, req.prompt_ids) for s in idle}
-        whole = [s for s in idle if s.history and reuse[s.id] >= len(s.history)]
+        n = len(req.prompt_ids)         # the prompt continues the history, or lies within it
+        whole = [s for s in idle if reuse[s.id] > 0 and reuse[s.id] >= min(len(s.history), n - 1)]
         if whole:
             return max(whole, key=lambda s: reuse[s.id])
         empty = [s for s in idle if not s.history]

@@ -155,6 +155,9 @@ def test_a_new_conversation_does_not_take_another_ones_slot(tiny):
         ra = eng.submit(a1, max_tokens=4, temperature=0, ignore_eos=True).wait(WAIT)
         rb = eng.submit(b1, max_tokens=4, temperature=0, ignore_eos=True).wait(WAIT)
         assert ra.slot != rb.slot and rb.usage.cached_tokens == 0
+        again = eng.submit(a1, max_tokens=4, temperature=0, ignore_eos=True).wait(WAIT)   # a retry
+        assert again.slot == ra.slot and again.usage.cached_tokens == len(a1) - 1
+        assert again.ids == ra.ids
         ra2 = eng.submit(a1 + ra.ids + [5], max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)
         rb2 = eng.submit(b1 + rb.ids + [5], max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)
         assert (ra2.slot, rb2.slot) == (ra.slot, rb.slot)
