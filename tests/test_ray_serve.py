@@ -88,27 +88,32 @@ def _chat(url, conv, messages, retries=0):
 
 def test_affinity_and_a_replica_replaced(cluster):
     url = cluster
-    # 4 conversations, at least one on each replica: the router hashes the conversation id, so
-    # look at where the first turns of candidates land (both replicas: 4 of at most 16 tries)
-    convs, first = {}, {}
-    for i in range(16):
+    # 4 conversations, at least one on each replica. The router hashes the conversation id; a
+    # GET /health with the header goes where the conversation's requests go and names its
+    # replica without using a slot, so look for 4 ids covering both replicas (of at most 32).
+    first = {}
+    for i in range(32):
         c = f"conv-{i}"
-        msgs = [{"role": "user", "content": f"Tell me about the number {i}."}]
-        replica, _ = _chat(url, c, msgs, retries=2)
-        first[c] = replica
-        placed = set(first[k] for k in convs)
-        if len(convs) < 3 or replica not in placed or len(placed) == 2:
-            convs[c] = msgs
-        if len(convs) == 4 and len({first[k] for k in convs}) == 2:
-            break
-    assert len(convs) == 4 and len({first[k] for k in convs}) == 2, first
+        r = httpx.get(url + "/health", headers={HEADER: c}, timeout=60)
+        first[c] = r.headers["x-llmrt-replica"]
+        by = {}
+        for k, v in first.items():
+            by.setdefault(v, []).append(k)
+        if len(by) == 2:
+            a, b = by.values()
+            if len(a) + len(b) >= 4:
+                picked = a[:3] + b[:1] if len(a) >= 3 else a + b[:4 - len(a)]
+                break
+    else:
+        raise AssertionError(f"32 conversation ids all on one replica: {first}")
+    convs = {c: [{"role": "user", "content": f"Tell me about the number {c[5:]}."}] for c in picked}
     where = {c: {first[c]} for c in convs}
-    for turn in range(2):
+    for turn in range(3):
         for c, msgs in convs.items():
             replica, body = _chat(url, c, msgs, retries=2)
             where[c].add(replica)
-            # the conversation so far came from its replica's cache
-            assert body["usage"]["prompt_tokens_details"]["cached_tokens"] > 10, c
+            if turn:        # the conversation so far came from its replica's cache
+                assert body["usage"]["prompt_tokens_details"]["cached_tokens"] > 10, c
             msgs += [{"role": "assistant", "content": body["choices"][0]["message"]["content"]},
                      {"role": "user", "content": "Go on."}]
     assert all(len(r) == 1 for r in where.values()), where          # each stays on one replica
