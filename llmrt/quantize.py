@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from typing import Callable, Dict, Optional, Tuple
 import numpy as np
 
 from llmrt import quants
+from llmrt.atomic import atomic_file
 from llmrt.gguf import GGUFFile
 from llmrt.progress import Progress
 
@@ -295,11 +295,7 @@ def write_gguf(f: GGUFFile, out_path: str, types: Dict[str, str], n_threads: int
     Returns (bytes of tensor data in, out)."""
     from gguf import GGUFValueType, GGUFWriter, GGMLQuantizationType
 
-    out_path = os.fspath(out_path)
-    out_dir = os.path.dirname(os.path.abspath(out_path))
-    fd, tmp = tempfile.mkstemp(prefix=".llmrt-quantize-", suffix=".gguf.tmp", dir=out_dir)
-    os.close(fd)
-    try:
+    with atomic_file(out_path, prefix=".llmrt-quantize-", suffix=".gguf.tmp") as tmp:
         w = GGUFWriter(tmp, f.architecture)
         w.data_alignment = f.alignment
         extra_kv = dict(extra_kv or {})
@@ -346,13 +342,6 @@ def write_gguf(f: GGUFFile, out_path: str, types: Dict[str, str], n_threads: int
                 n_in += t.nbytes
                 n_out += data.nbytes
         w.close()
-        os.replace(tmp, out_path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     return n_in, n_out
 
 

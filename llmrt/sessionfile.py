@@ -27,11 +27,12 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+
+from llmrt.atomic import atomic_file
 
 MAGIC = b"LLMRTSES"
 VERSION = 1
@@ -83,21 +84,11 @@ def restore_sampler(state: Optional[dict]):
 
 
 def _write_atomic(path: str, chunks) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for c in chunks:
-                f.write(c)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_file(path, prefix="." + os.path.basename(path) + ".") as tmp, open(tmp, "wb") as f:
+        for c in chunks:
+            f.write(c)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def save_session(path, session, *, sampler=None, extra: Optional[dict] = None, kind: str = "generation",
