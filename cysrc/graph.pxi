@@ -915,6 +915,31 @@ cdef class Graph:
             a = a.astype(np.int32)
         return np.ascontiguousarray(a)
 
+    # ---- the checks run() and run_seqs() share (op: the name in the messages) -------------
+
+    cdef int _batch_n(self, pos_a, str op) except -1:
+        cdef int n = pos_a.shape[0]
+        if n < 1 or n > self.max_tokens:
+            raise ValueError(f"[{op}] n ({n}) must be in [1, max_tokens = {self.max_tokens}]")
+        return n
+
+    cdef object _token_ids(self, tokens, int n, str op):
+        tok_a = self._int32(tokens, "tokens", n)
+        if self._vocab >= 0 and (tok_a.min() < 0 or tok_a.max() >= self._vocab):
+            raise ValueError(f"[{op}] token ids must be in [0, {self._vocab}), got "
+                             f"[{tok_a.min()}, {tok_a.max()}]")
+        return tok_a
+
+    cdef object _out_rows(self, out_rows, int n, int max_out, str op):
+        rows_a = self._int32(out_rows, "out_rows")
+        if not 1 <= rows_a.shape[0] <= max_out:
+            raise ValueError(f"[{op}] out_rows has {rows_a.shape[0]} entries, must be in "
+                             f"[1, max_out = {max_out}]")
+        if rows_a.min() < 0 or rows_a.max() >= n:
+            raise ValueError(f"[{op}] out_rows must be in [0, n = {n}), got "
+                             f"[{rows_a.min()}, {rows_a.max()}]")
+        return rows_a
+
     def run(self, tokens, positions, out_rows=None, cache=None):
         """Run the graph on n tokens; returns a new float32 array [n_out or n, ...per-token
         dims reversed] (e.g. [n_out, ne0])."""
@@ -923,18 +948,13 @@ cdef class Graph:
         has_tok = llmrt_graph_input_id(self.g, LLMRT_INPUT_TOKENS) >= 0
         has_rows = llmrt_graph_input_id(self.g, LLMRT_INPUT_OUT_ROWS) >= 0
         pos_a = self._int32(positions, "positions")
-        cdef int n = pos_a.shape[0]
-        if n < 1 or n > self.max_tokens:
-            raise ValueError(f"[run] n ({n}) must be in [1, max_tokens = {self.max_tokens}]")
+        cdef int n = self._batch_n(pos_a, "run")
         if tokens is None:
             if has_tok:
                 raise ValueError("[run] the graph reads tokens: tokens must not be None")
             tok_a = np.zeros(n, dtype=np.int32)
         else:
-            tok_a = self._int32(tokens, "tokens", n)
-            if self._vocab >= 0 and (tok_a.min() < 0 or tok_a.max() >= self._vocab):
-                raise ValueError(f"[run] token ids must be in [0, {self._vocab}), got "
-                                 f"[{tok_a.min()}, {tok_a.max()}]")
+            tok_a = self._token_ids(tokens, n, "run")
         cdef int max_out = llmrt_graph_max_out(self.g)
         if has_rows:
             if out_rows is None:
@@ -943,13 +963,7 @@ cdef class Graph:
                                      f"max_out = {max_out}")
                 rows_a = np.arange(n, dtype=np.int32)
             else:
-                rows_a = self._int32(out_rows, "out_rows")
-                if not 1 <= rows_a.shape[0] <= max_out:
-                    raise ValueError(f"[run] out_rows has {rows_a.shape[0]} entries, must be in "
-                                     f"[1, max_out = {max_out}]")
-                if rows_a.min() < 0 or rows_a.max() >= n:
-                    raise ValueError(f"[run] out_rows must be in [0, n = {n}), got "
-                                     f"[{rows_a.min()}, {rows_a.max()}]")
+                rows_a = self._out_rows(out_rows, n, max_out, "run")
         else:
             if out_rows is not None:
                 raise ValueError("[run] out_rows given but the graph has no input_out_rows()")
@@ -1016,25 +1030,14 @@ cdef class Graph:
         if cnt.min() < 1:
             raise ValueError(f"[run_seqs] every sequence needs >= 1 token, got counts {cnt.tolist()}")
         pos_a = self._int32(positions, "positions")
-        cdef int n = pos_a.shape[0]
-        if n < 1 or n > self.max_tokens:
-            raise ValueError(f"[run_seqs] n ({n}) must be in [1, max_tokens = {self.max_tokens}]")
+        cdef int n = self._batch_n(pos_a, "run_seqs")
         if int(cnt.sum()) != n:
             raise ValueError(f"[run_seqs] counts sum to {int(cnt.sum())}, the batch has {n} tokens")
-        tok_a = self._int32(tokens, "tokens", n)
-        if self._vocab >= 0 and (tok_a.min() < 0 or tok_a.max() >= self._vocab):
-            raise ValueError(f"[run_seqs] token ids must be in [0, {self._vocab}), got "
-                             f"[{tok_a.min()}, {tok_a.max()}]")
+        tok_a = self._token_ids(tokens, n, "run_seqs")
         cdef int max_out = llmrt_graph_max_out(self.g)
         if llmrt_graph_input_id(self.g, LLMRT_INPUT_OUT_ROWS) < 0:
             raise ValueError("[run_seqs] the graph keeps every row: build it with input_out_rows()")
-        rows_a = self._int32(out_rows, "out_rows")
-        if not 1 <= rows_a.shape[0] <= max_out:
-            raise ValueError(f"[run_seqs] out_rows has {rows_a.shape[0]} entries, must be in "
-                             f"[1, max_out = {max_out}]")
-        if rows_a.min() < 0 or rows_a.max() >= n:
-            raise ValueError(f"[run_seqs] out_rows must be in [0, n = {n}), got "
-                             f"[{rows_a.min()}, {rows_a.max()}]")
+        rows_a = self._out_rows(out_rows, n, max_out, "run_seqs")
         if len(set(map(id, caches))) != n_seq:
             raise ValueError("[run_seqs] a cache appears twice: each sequence needs its own")
         cdef KVCache kc
