@@ -473,7 +473,7 @@ class Engine:
                 else:
                     keep.append(req)
                 continue
-            self._assign(self._pick(idle, req), req)
+            self._assign(*self._pick(idle, req), req)
         self._queue = keep
 
     def _reuse(self, s: _Slot, ids: list) -> int:
@@ -490,33 +490,35 @@ class Engine:
             return 0
         return min(c, len(ids) - 1)
 
-    def _pick(self, idle: list, req: Request) -> _Slot:
+    def _pick(self, idle: list, req: Request):
         """The idle slot for a request: its conversation's; else one whose whole history the
         prompt continues, or that holds the whole prompt (a retry), most reused first; else an
         empty slot (a new conversation never cuts
         another one's cache while a slot is free, even when they share a system prompt); else
         one whose history the prompt mostly shares (>= half of it: little is lost); else the
-        least recently used one."""
+        least recently used one. Returns (slot, the prompt ids it keeps: _reuse)."""
         if req.conversation is not None:
             for s in idle:
                 if s.conversation == req.conversation:
-                    return s
+                    return s, self._reuse(s, req.prompt_ids)
         reuse = {s.id: self._reuse(s, req.prompt_ids) for s in idle}
         n = len(req.prompt_ids)         # the prompt continues the history, or lies within it
         whole = [s for s in idle if reuse[s.id] > 0 and reuse[s.id] >= min(len(s.history), n - 1)]
-        if whole:
-            return max(whole, key=lambda s: reuse[s.id])
         empty = [s for s in idle if not s.history]
-        if empty:
-            return empty[0]
         most = [s for s in idle if 2 * reuse[s.id] >= len(s.history)]
-        if most:
-            return max(most, key=lambda s: (reuse[s.id], -s.last_used))
-        return min(idle, key=lambda s: s.last_used)
+        if whole:
+            s = max(whole, key=lambda s: reuse[s.id])
+        elif empty:
+            s = empty[0]
+        elif most:
+            s = max(most, key=lambda s: (reuse[s.id], -s.last_used))
+        else:
+            s = min(idle, key=lambda s: s.last_used)
+        return s, reuse[s.id]
 
-    def _assign(self, s: _Slot, req: Request):
+    def _assign(self, s: _Slot, n: int, req: Request):
+        """Give slot s to req, keeping n of its cached ids (_reuse(s, req.prompt_ids))."""
         ids = req.prompt_ids
-        n = self._reuse(s, ids)
         if n == 0:
             s.reset()
             keep = self.n_keep if req.n_keep is None else min(req.n_keep, s.session.n_ctx - 1)
