@@ -30,7 +30,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -43,6 +42,9 @@ import time
 from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from streaming_ppl import cpu_name  # noqa: E402  (the benchmarks' one CPU-name reader)
 
 # $LLAMA_SERVER, else llama-server on PATH, else where this project's machines build it (the
 # llama.cpp tree vendored in llama-cpp-python's sdist: see benchmarks/README.md)
@@ -119,16 +121,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def cpu_name() -> str:
-    try:
-        for ln in open("/proc/cpuinfo"):
-            if ln.startswith("model name"):
-                return ln.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def llama_server_flags(path: str) -> str:

@@ -10,7 +10,6 @@ Run: python -m pytest -q tests/test_ray_serve.py
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,17 +20,12 @@ pytest.importorskip("ray.serve", reason='Ray Serve is the ray extra: pip install
 httpx = pytest.importorskip("httpx", reason="httpx is a test extra")
 
 from fake_lm import real_model_path  # noqa: E402
+from test_server import _free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.ray]
 
 START_TIMEOUT = 300
 HEADER = "serve_multiplexed_model_id"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ray_stop():
@@ -62,6 +56,16 @@ def cluster(tmp_path_factory):
             if time.monotonic() - t0 > START_TIMEOUT:
                 raise RuntimeError(f"no answer in {START_TIMEOUT} s:\n{log.read_text()[-4000:]}")
             time.sleep(0.5)
+        # /health answers once one replica is up; the router hashes over the replicas that are
+        # up, so wait for both before any conversation is placed
+        seen, k = set(), 0
+        while len(seen) < 2:
+            if time.monotonic() - t0 > START_TIMEOUT:
+                raise RuntimeError(f"only replicas {seen} in {START_TIMEOUT} s:\n{log.read_text()[-4000:]}")
+            r = httpx.get(url + "/health", headers={HEADER: f"probe-{k}"}, timeout=60)
+            seen.add(r.headers["x-llmrt-replica"])
+            k += 1
+            time.sleep(0.1)
         yield url
     finally:
         proc.send_signal(signal.SIGINT)         # serve.shutdown + ray.shutdown
