@@ -158,7 +158,10 @@ int llmrt_set_isa(int level) {
     if (level >= LLMRT_ISA_AVX512) {
         llmrt_register_kernels_avx512(&kt);
         llmrt_register_gemm_f_kernels_avx512(&kt);
-        if (llmrt_cpu_features_get()->avx512_bf16) llmrt_register_gemm_f_bf16_kernels_avx512(&kt);
+        if (llmrt_cpu_features_get()->avx512_bf16) {
+            llmrt_register_gemm_f_bf16_kernels_avx512(&kt);
+            llmrt_register_wq_bf16_kernels_avx512(&kt);
+        }
     }
     if (level >= LLMRT_ISA_AVX512_VNNI) {
         llmrt_register_kernels_avx512_vnni(&kt);

@@ -37,7 +37,8 @@ length is not a multiple of 32 keeps its float type (logged). The WQ_* ids are l
 
 compute_dtype: int8 quantizes the activations to int8 blocks (Q8_0 / Q8_1, integer dots);
 fp32 keeps them f32 and dequantizes each weight block inside the dot; bf16 rounds them to
-bf16 first.
+bf16 first (at the AVX-512 levels of a CPU with AVX512-BF16 the dots run on vdpbf16ps: a block's
+integer quants are exact in bf16, the scale and min are applied per block in f32).
 
 A model whose matmul weights are already quantized raises ValueError (re-quantizing a quantized
 model at load would only lose accuracy; use `llmrt quantize` to make a new file).

@@ -133,6 +133,15 @@ def reference(op, a, b, c):
             hi = np.stack([xs[8:], ys[8:]], 1).ravel()
             out[16 * lane:16 * lane + 16] = lo + hi
         return wrap(out, 8).astype(np.int8).tobytes()
+    if op == "cvtepu8_epi16":
+        return u8(a)[:32].astype(np.uint16).tobytes()
+    if op == "cvtepi8_epi32":
+        return i8(a)[:16].astype(np.int32).tobytes()
+    if op == "cvtepi32_epi16":   # vpmovdw: the low 16 bits of each i32
+        return wrap(i32(a), 16).astype(np.int16).tobytes() + bytes(32)
+    if op == "permutexvar_epi16":   # vpermw: lane i = table[idx[i] mod 32]
+        idx, table = np.frombuffer(a, np.uint16), np.frombuffer(b, np.uint16)
+        return table[idx & 31].astype(np.uint16).tobytes()
     if op == "dpbusd":
         p = (u8(a) * i8(b)).reshape(16, 4).sum(1)
         return wrap(i32(c) + p, 32).astype(np.int32).tobytes()

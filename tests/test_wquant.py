@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from llmrt import _core, quants, wquant
+from llmrt import _core, quants, runtime, wquant
 from llmrt.model import Model
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -390,6 +390,62 @@ def test_packed_wq_gemm_gives_vec_dot_bits(tname, K, isa_level, rng):
         assert_calls_of_several_groups(pw, x, ref, R, M, n_xs, f"{tname} K={K}")
 
 
+WQ_BF16 = [f"WQ_{L}_BF16" for L in ("Q4_0", "Q4_1", "Q8_0", "Q8A")]
+
+
+def _at_level(level, emulated, bf16, fn):
+    before = runtime.isa()
+    try:
+        if emulated:
+            assert runtime.set_isa_emulated(level, bf16=bf16) == level
+        else:
+            assert runtime.set_isa(level) == level
+        return fn(), runtime.kernel_names()
+    finally:
+        runtime.set_isa(before)
+
+
+@pytest.mark.parametrize("level", ["avx512", "avx512_vnni"])
+def test_wq_bf16_uses_vdpbf16ps_where_the_cpu_has_it(level):
+    """compute_dtype "bf16" runs vdpbf16ps (csrc/kernels/x86/wq_w.inc) at the 512-bit levels iff the
+    CPU has AVX512-BF16; without it the AVX2 fp32 kernels stay (levels stack)."""
+    runs = [(True, True, "_dp_avx512_emu"), (True, False, None)]
+    if level in runtime.available_isas():
+        runs.append((False, None, "_dp_avx512" if runtime.cpu_features()["avx512_bf16"] else None))
+    for emulated, bf16, suffix in runs:
+        _, names = _at_level(level, emulated, bf16, lambda: None)
+        for tname in WQ_BF16:
+            t = tname.lower()[3:]                          # q4_0_bf16 ...
+            want_dot = f"vec_dot_wq_{t}{suffix}" if suffix else f"vec_dot_{t}_avx2"
+            want_gemm = f"gemm_wq_{t}{suffix}" if suffix else f"gemm_wq_{t}_avx2"
+            assert names["vec_dot"][tname] == want_dot, (emulated, bf16, names["vec_dot"][tname])
+            assert names["gemm"][tname] == want_gemm, (emulated, bf16, names["gemm"][tname])
+
+
+@pytest.mark.parametrize("tname", WQ_BF16)
+def test_wq_bf16_real_equals_emulated(tname, rng):
+    """Where the CPU has AVX512-BF16: the real vdpbf16ps kernels and their emulated twins give the
+    same bits (vec_dot, decode, prefill)."""
+    if "avx512" not in runtime.available_isas() or not runtime.cpu_features()["avx512_bf16"]:
+        pytest.skip("CPU lacks AVX512-BF16: nothing to compare with")
+    tid = quants.type_id(tname)
+    K, M, n_xs = 1056, 4 * _core.pack_rows(tid) + 1, (1, 2, 5, 70)
+    w = (rng.standard_normal((M, K)) + rng.uniform(-1, 1, (M, 1))).astype(F32)
+    raw = wquant.quantize_tensor(w, tid, 32)
+    x = _wq_act(tname, K, max(n_xs), rng)
+
+    def compute():
+        pw = _core.pack_weight(raw, tid, K, M)
+        dots = np.array([[_core.vec_dot(tid, raw[m], x[j], K) for m in range(M)] for j in range(3)], F32)
+        return [dots] + [np.concatenate([pw.gemm(g, x[:n]) for g in range(pw.n_groups)], axis=1) for n in n_xs]
+
+    real, nr = _at_level("avx512", False, None, compute)
+    emu, ne = _at_level("avx512", True, True, compute)
+    assert ne["gemm"][tname] == nr["gemm"][tname] + "_emu"
+    for what, a, b in zip(["vec_dot"] + [f"gemm n_x={n}" for n in n_xs], real, emu):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=f"{tname} {what}")
+
+
 # ---- models ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -429,6 +485,27 @@ def test_tiny_model_quantized_at_load(tiny_f32, weight_dtype, scheme, group, com
     assert "blk.0.attn_q.weight" in names and "blk.2.ffn_down.weight" in names
     err = np.abs(got - ref).max() / np.abs(ref).max()
     assert 0 < err < LOGIT_RTOL[weight_dtype]
+
+
+# max |logit diff| / max |logit| of compute_dtype "bf16" vs "fp32" on the same quantized weights:
+# the activations rounded to bf16 (2^-9 relative each) account for all of it; measured 4.2e-3 to
+# 4.5e-3 at avx2 and at the emulated vdpbf16ps level (whose other rounding differences can move an
+# activation across a bf16 rounding boundary: the two levels then differ by up to ~4e-3 themselves).
+BF16_COMPUTE_RTOL = 1.5e-2
+
+
+@pytest.mark.parametrize("weight_dtype,scheme", [("int4", "sym"), ("int4", "asym"), ("int8", "sym"), ("int8", "asym")])
+def test_bf16_compute_close_to_fp32_compute_at_every_level(tiny_f32, weight_dtype, scheme, isa_level):
+    """compute_dtype "bf16" through a whole model, at every level (vdpbf16ps at the 512-bit levels,
+    emulated here where the CPU lacks it): prefill and decode stay within the bf16-activation
+    bound of compute_dtype "fp32" on the same weights."""
+    kw = dict(n_threads=2, ctx_size=64, weight_dtype=weight_dtype, scheme=scheme)
+    fp32 = Model(tiny_f32, compute_dtype="fp32", **kw)(IDS)
+    m = Model(tiny_f32, compute_dtype="bf16", **kw)
+    s = m.new_session(ctx_size=64)
+    for got in (m(IDS), np.stack([s.eval([t]) for t in IDS])):
+        err = np.abs(got - fp32).max() / np.abs(fp32).max()
+        assert 0 < err < BF16_COMPUTE_RTOL
 
 
 def test_int4_sym_g32_equals_q4_0_file(tiny_f32, tmp_path):

@@ -106,6 +106,10 @@ void llmrt_register_gemm_f_kernels_avx512(llmrt_kernel_table *kt);
 void llmrt_register_gemm_f_bf16_kernels_avx512(llmrt_kernel_table *kt);
 void llmrt_register_gemm_f_emu512(llmrt_kernel_table *kt, int level, int bf16);
 void llmrt_register_gemm_f_bf16_emu512(llmrt_kernel_table *kt);
+/* x86/wq_bf16_avx512.c (CPUs with AVX512-BF16) and its twin x86/wq_bf16_emu512.c: the WQ_<L>_BF16
+ * vec_dot + gemm pairs with vdpbf16ps (wq_w.inc), replacing wq_avx2.c's fp32 ones. */
+void llmrt_register_wq_bf16_kernels_avx512(llmrt_kernel_table *kt);
+void llmrt_register_wq_bf16_emu512(llmrt_kernel_table *kt, int level, int bf16);
 /* llmrt_unpack_group for those types (LLMRT_EUNSUPPORTED for the others). */
 int llmrt_unpack_group_k(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes);
 

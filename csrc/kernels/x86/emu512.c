@@ -13,6 +13,7 @@
 
 void llmrt_register_kernels_emu512(llmrt_kernel_table *kt, int level, int bf16) {
     llmrt_register_gemm_f_emu512(kt, level, bf16);
+    llmrt_register_wq_bf16_emu512(kt, level, bf16);
     llmrt_register_gemm_kq_emu512(kt, level, bf16);
     llmrt_register_gemm_q32_emu512(kt, level, bf16);
 }

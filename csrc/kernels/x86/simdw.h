@@ -155,6 +155,39 @@ static inline wvi w_sign_epi8(wvi a, wvi b) {
 #endif
 }
 
+/* Widening, narrowing and a table of 32 words (the WQ bf16 kernels, wq_w.inc). */
+#ifdef SIMDW_AVX512
+static inline wvi w_cvtepu8_epi16(__m256i b) { return _mm512_cvtepu8_epi16(b); }   /* 32 u8 -> 32 u16 */
+static inline wvi w_cvtepi8_epi32(__m128i b) { return _mm512_cvtepi8_epi32(b); }   /* 16 i8 -> 16 i32 */
+static inline __m256i w_cvtepi32_epi16(wvi v) { return _mm512_cvtepi32_epi16(v); } /* low 16 bits (vpmovdw) */
+/* lane i = table[idx[i] mod 32] (vpermw) */
+static inline wvi w_permutexvar_epi16(wvi idx, wvi table) { return _mm512_permutexvar_epi16(idx, table); }
+#else
+static inline wvi w_cvtepu8_epi16(__m256i b) {
+    wvi r = { _mm256_cvtepu8_epi16(_mm256_castsi256_si128(b)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256(b, 1)) };
+    return r;
+}
+static inline wvi w_cvtepi8_epi32(__m128i b) {
+    wvi r = { _mm256_cvtepi8_epi32(b), _mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)) };
+    return r;
+}
+static inline __m256i w_cvtepi32_epi16(wvi v) {
+    /* bytes 0,1 of each i32 to the low 8 bytes of its 128-bit lane, then the two lanes' low halves */
+    const __m256i sh = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i lo = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v.lo, sh), _MM_SHUFFLE(3, 1, 2, 0));
+    const __m256i hi = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v.hi, sh), _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm256_permute2x128_si256(lo, hi, 0x20);
+}
+static inline wvi w_permutexvar_epi16(wvi idx, wvi table) {
+    uint16_t t[32], ix[32], r[32];
+    w_storeu(t, table);
+    w_storeu(ix, idx);
+    for (int i = 0; i < 32; i++) r[i] = t[ix[i] & 31];
+    return w_loadu(r);
+}
+#endif
+
 /* Σ over each group of 4 bytes of u8(u) · s8(s), added to the i32 lanes of acc, wrapping:
  * vpdpbusd (AVX512-VNNI). The emulation widens to i16 and sums exactly (the products of a pair fit
  * an i32 exactly, |Σ4| < 2^17), so no pair is saturated as maddubs would. */
