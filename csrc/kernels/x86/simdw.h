@@ -179,7 +179,7 @@ static inline __m256i w_cvtepi32_epi16(wvi v) {
     const __m256i hi = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v.hi, sh), _MM_SHUFFLE(3, 1, 2, 0));
     return _mm256_permute2x128_si256(lo, hi, 0x20);
 }
-static inline wvi w_permutexvar_epi16(wvi idx, wvi table) {
+static inline wvi w_permutexvar_epi16(wvi idx, wvi table) { /* a scalar table walk (tests only) */
     uint16_t t[32], ix[32], r[32];
     w_storeu(t, table);
     w_storeu(ix, idx);
