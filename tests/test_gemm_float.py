@@ -70,11 +70,15 @@ def vec_dot_all(t, w, a, k):
     return out
 
 
-def run_level(level, emulated, fn):
+def run_level(level, emulated, fn, bf16=None):
+    """fn() at `level` (emulated: its simdw.h twin, with AVX512-BF16 emulated iff bf16, by default
+    iff this CPU has it) -> (fn's result, the level's kernel names); the previous level after."""
     before = runtime.isa()
+    if bf16 is None:
+        bf16 = bool(runtime.cpu_features()["avx512_bf16"])
     try:
         if emulated:
-            assert runtime.set_isa_emulated(level, bf16=bool(runtime.cpu_features()["avx512_bf16"])) == level
+            assert runtime.set_isa_emulated(level, bf16=bf16) == level
         else:
             assert runtime.set_isa(level) == level
         return fn(), core.kernel_names()

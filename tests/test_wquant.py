@@ -393,27 +393,16 @@ def test_packed_wq_gemm_gives_vec_dot_bits(tname, K, isa_level, rng):
 WQ_BF16 = [f"WQ_{L}_BF16" for L in ("Q4_0", "Q4_1", "Q8_0", "Q8A")]
 
 
-def _at_level(level, emulated, bf16, fn):
-    before = runtime.isa()
-    try:
-        if emulated:
-            assert runtime.set_isa_emulated(level, bf16=bf16) == level
-        else:
-            assert runtime.set_isa(level) == level
-        return fn(), runtime.kernel_names()
-    finally:
-        runtime.set_isa(before)
-
-
 @pytest.mark.parametrize("level", ["avx512", "avx512_vnni"])
 def test_wq_bf16_uses_vdpbf16ps_where_the_cpu_has_it(level):
     """compute_dtype "bf16" runs vdpbf16ps (csrc/kernels/x86/wq_w.inc) at the 512-bit levels iff the
     CPU has AVX512-BF16; without it the AVX2 fp32 kernels stay (levels stack)."""
+    from test_gemm_float import run_level
     runs = [(True, True, "_dp_avx512_emu"), (True, False, None)]
     if level in runtime.available_isas():
         runs.append((False, None, "_dp_avx512" if runtime.cpu_features()["avx512_bf16"] else None))
     for emulated, bf16, suffix in runs:
-        _, names = _at_level(level, emulated, bf16, lambda: None)
+        _, names = run_level(level, emulated, lambda: None, bf16=bf16)
         for tname in WQ_BF16:
             t = tname.lower()[3:]                          # q4_0_bf16 ...
             want_dot = f"vec_dot_wq_{t}{suffix}" if suffix else f"vec_dot_{t}_avx2"
@@ -428,6 +417,7 @@ def test_wq_bf16_real_equals_emulated(tname, rng):
     same bits (vec_dot, decode, prefill)."""
     if "avx512" not in runtime.available_isas() or not runtime.cpu_features()["avx512_bf16"]:
         pytest.skip("CPU lacks AVX512-BF16: nothing to compare with")
+    from test_gemm_float import run_level
     tid = quants.type_id(tname)
     K, M, n_xs = 1056, 4 * _core.pack_rows(tid) + 1, (1, 2, 5, 70)
     w = (rng.standard_normal((M, K)) + rng.uniform(-1, 1, (M, 1))).astype(F32)
@@ -439,8 +429,8 @@ def test_wq_bf16_real_equals_emulated(tname, rng):
         dots = np.array([[_core.vec_dot(tid, raw[m], x[j], K) for m in range(M)] for j in range(3)], F32)
         return [dots] + [np.concatenate([pw.gemm(g, x[:n]) for g in range(pw.n_groups)], axis=1) for n in n_xs]
 
-    real, nr = _at_level("avx512", False, None, compute)
-    emu, ne = _at_level("avx512", True, True, compute)
+    real, nr = run_level("avx512", False, compute)
+    emu, ne = run_level("avx512", True, compute)
     assert ne["gemm"][tname] == nr["gemm"][tname] + "_emu"
     for what, a, b in zip(["vec_dot"] + [f"gemm n_x={n}" for n in n_xs], real, emu):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=f"{tname} {what}")
