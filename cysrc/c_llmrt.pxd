@@ -8,6 +8,7 @@ cdef extern from "llmrt/llmrt.h" nogil:
         LLMRT_ENOMEM
         LLMRT_EUNSUPPORTED
         LLMRT_TYPE_COUNT
+        LLMRT_TYPE_F32
         LLMRT_TYPE_F16
         LLMRT_ISA_COUNT
 
@@ -69,6 +70,10 @@ cdef extern from "llmrt/llmrt.h" nogil:
         const char *vec_soft_max_name
         const char *vec_geglu_name
         const char *vec_gelu_name
+        void *attn_qk[64]
+        llmrt_vec_dot_fn attn_pv_dot[64]
+        llmrt_vec_dot_fn attn_qk_dot[64]
+        llmrt_vec_dot_fn attn_dots_dot[64]
         llmrt_attn_dots_fn attn_dots[64]
         const char *attn_dots_name[64]
 

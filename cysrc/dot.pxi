@@ -54,6 +54,36 @@ def vec_dot(int wtype, w, a, int n):
     return s
 
 
+def attn_dot(x, y):
+    """dot(x, y) with the dot attention's kernels reproduce for x's type (F16 or F32 rows): the kernel
+    table's attn_pv_dot[T], which must also be its attn_qk_dot[T] and attn_dots_dot[T] where those
+    kernels exist (vec_dot[T] where the level registers none).
+
+    x, y: (n,) float16 or float32, the same dtype   # IN
+    Returns the f32 result as a Python float.
+    """
+    x = np.ascontiguousarray(x)
+    y = np.ascontiguousarray(y)
+    if x.dtype != y.dtype or x.dtype not in (np.float16, np.float32) or x.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"[attn_dot] x {x.dtype}{x.shape} and y {y.dtype}{y.shape}: two (n,) rows of one "
+                         "type, float16 or float32")
+    cdef int t = LLMRT_TYPE_F16 if x.dtype == np.float16 else LLMRT_TYPE_F32
+    cdef const llmrt_kernel_table *kt = llmrt_kernels()
+    cdef llmrt_vec_dot_fn fn = kt.attn_pv_dot[t] if kt.attn_pv_dot[t] != NULL else kt.vec_dot[t]
+    if kt.attn_qk[t] != NULL and kt.attn_qk_dot[t] != fn:
+        raise ValueError("[attn_dot] attn_qk_dot differs from attn_pv_dot at this level")
+    if kt.attn_dots[t] != NULL and kt.attn_dots_dot[t] != fn:
+        raise ValueError("[attn_dot] attn_dots_dot differs from attn_pv_dot at this level")
+    cdef const unsigned char[::1] xv = _aligned_bytes(x.view(np.uint8))
+    cdef const unsigned char[::1] yv = _aligned_bytes(y.view(np.uint8))
+    cdef int n = x.shape[0]
+    cdef float s = 0.0
+    if n > 0:
+        with nogil:
+            fn(n, &s, &xv[0], &yv[0])
+    return s
+
+
 def attn_dots(x, y):
     """out[j, i] = vec_dot_f16(n, x[i], y[j]) with the kernel table's attn_dots[F16] (attention's
     many dots, csrc/kernels/x86/attn_avx2.c), name of the kernel.

@@ -629,8 +629,29 @@ def ggml_gemv_q4_K(d, dmin, sc, mn, q, dy, qy):
     return F32(acc - acc_min)
 
 
+def tinyblas_dot_float(x, y):
+    """llama.cpp's prefill dot for F16 / BF16 / F32 weights on AVX2 (llamafile's tinyBLAS<8, __m256>:
+    one accumulator of 8 lanes over steps of 8, then its hsum: halves, movehl, movehdup), which
+    llmrt's avx2 vec_dot[F16 / BF16 / F32] and their packed GEMV / GEMM follow; tinyBLAS needs
+    n % 8 == 0, llmrt adds the tail (n % 8 elements) in double, one f32 product at a time.
+    x, y: values exact in f32 (fma32 rounds once from long double: the fma for F16 / BF16 products,
+    which are exact in f32)."""
+    x = x.astype(F32)
+    y = y.astype(F32)
+    n = x.shape[0]
+    n8 = n & ~7
+    acc = np.zeros(8, F32)
+    for i in range(0, n8, 8):
+        acc = np.array([fma32(x[i + k], y[i + k], acc[k]) for k in range(8)], F32)
+    s = float(hsum_float_8(acc))
+    for i in range(n8, n):
+        s += float(F32(x[i] * y[i]))
+    return F32(s)
+
+
 def ggml_dot_f16(x, y):
-    """ggml_vec_dot_f16 on AVX2: 4 x 8 lanes over steps of 32, reduce, then a double tail."""
+    """ggml_vec_dot_f16 on AVX2: 4 x 8 lanes over steps of 32, reduce, then a double tail (the
+    order of llmrt's avx2 attention dot, core.attn_dot)."""
     x = x.astype(F32)
     y = y.astype(F32)
     n = x.shape[0]
@@ -656,6 +677,7 @@ EXACT_CASES = [pytest.param(t, n, id=f"{t.name}-n{n}")
 
 @pytest.mark.parametrize("t,n", EXACT_CASES)
 def test_avx2_dot_is_ggml_order_bit_exact(t, n):
+    """F16: llama.cpp's prefill order (tinyBLAS); the others: its batch-1 vec_dot's."""
     if ISA_LEVELS.index("avx2") > ISA_LEVELS.index(core.isa_max_supported()):
         pytest.skip("CPU lacks avx2")
     rng = np.random.default_rng(1000 + n + int(t))
@@ -666,7 +688,7 @@ def test_avx2_dot_is_ggml_order_bit_exact(t, n):
         ab = quantize_act(at, a)
         got = F32(dot_at("avx2", t, w, ab, n))
         if t == T.F16:
-            want = ggml_dot_f16(w.view(np.float16), ab.view(np.float16))
+            want = tinyblas_dot_float(w.view(np.float16), ab.view(np.float16))
         else:
             be, bb = block_size(t)
             b = w.reshape(-1, bb)
@@ -683,4 +705,65 @@ def test_avx2_dot_is_ggml_order_bit_exact(t, n):
             else:  # Q4_K
                 sc, mn = _k4_scales_mins(b[:, 4:16])
                 want = ggml_gemv_q4_K(f16_at(b, 0), f16_at(b, 2), sc, mn, parts[0][0], dy, qa)
+        assert got == want, (t.name, n, got, want)
+
+
+def ggml_dot_f32_4x8(x, y):
+    """The f32 analogue the avx2 attention dot uses for an F32 cache: 4 chains of 8 lanes over steps
+    of 32, then steps of 8 into chain 0, hsum((c0 + c1) + (c2 + c3)) in double, a double tail."""
+    n = x.shape[0]
+    acc = np.zeros((4, 8), F32)
+    i = 0
+    while i + 32 <= n:
+        for j in range(4):
+            acc[j] = [fma32(x[i + 8 * j + k], y[i + 8 * j + k], acc[j, k]) for k in range(8)]
+        i += 32
+    while i + 8 <= n:
+        acc[0] = [fma32(x[i + k], y[i + k], acc[0, k]) for k in range(8)]
+        i += 8
+    s = float(hsum_float_8(((acc[0] + acc[1]).astype(F32) + (acc[2] + acc[3]).astype(F32)).astype(F32)))
+    for k in range(i, n):
+        s += float(F32(x[k] * y[k]))
+    return F32(s)
+
+
+@pytest.mark.parametrize("n", (8, 64, 70, 256, 300))
+def test_avx2_attention_dot_is_ggml_vec_dot_f16_order(n):
+    """Attention keeps ggml_vec_dot_f16's order at avx2 (its scores and P.V kernels reproduce
+    core.attn_dot, tests/test_attention_dots.py), while vec_dot[F16] for weights took tinyBLAS's;
+    an F32 cache, the 4-chain f32 analogue."""
+    if ISA_LEVELS.index("avx2") > ISA_LEVELS.index(core.isa_max_supported()):
+        pytest.skip("CPU lacks avx2")
+    rng = np.random.default_rng(2000 + n)
+    prev = core.isa_current()
+    core.set_isa("avx2")
+    try:
+        for _ in range(3):
+            x = rng.standard_normal(n).astype(np.float16)
+            y = (rng.standard_normal(n) * 3).astype(np.float16)
+            assert F32(core.attn_dot(x, y)) == ggml_dot_f16(x, y)
+            xf, yf = x.astype(np.float32), (y.astype(np.float32) * F32(1.1)).astype(np.float32)
+            assert F32(core.attn_dot(xf, yf)) == ggml_dot_f32_4x8(xf, yf)
+    finally:
+        core.set_isa(prev)
+
+
+@pytest.mark.parametrize("t", (T.F32, T.BF16), ids=lambda v: v.name)
+@pytest.mark.parametrize("n", (8, 64, 70, 256, 300))
+def test_avx2_float_dot_is_tinyblas_order(t, n):
+    """F32 and BF16 weights take the F16 weights' order at avx2 (one chain, tinyBLAS's)."""
+    if ISA_LEVELS.index("avx2") > ISA_LEVELS.index(core.isa_max_supported()):
+        pytest.skip("CPU lacks avx2")
+    rng = np.random.default_rng(3000 + n + int(t))
+    for _ in range(3):
+        w = random_weights(t, n, rng)
+        ab = quantize_act(VEC_DOT_TYPE[t], random_activations(n, rng))
+        got = F32(dot_at("avx2", t, w, ab, n))
+        if t == T.F32:
+            wv, av = w.view(np.float32), ab.view(np.float32)
+            want = tinyblas_dot_float(wv.astype(np.float64), av.astype(np.float64))
+        else:
+            wv = (w.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            av = (ab.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            want = tinyblas_dot_float(wv, av)
         assert got == want, (t.name, n, got, want)

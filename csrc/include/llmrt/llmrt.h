@@ -263,8 +263,13 @@ void llmrt_register_kernels_emu512(llmrt_kernel_table *kt, int level, int bf16);
 void llmrt_register_dot_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_dot_kernels_avx2(llmrt_kernel_table *kt);
 /* the 512-bit levels' F32/F16/BF16 vec_dot: llmrt_register_gemm_f_kernels_avx512 (gemm.h) */
+/* The AVX2 level's attention dots (x86/dot_avx2.c): ggml_vec_dot_f16's order (4 chains) and its
+ * f32 analogue; vec_dot[F16 / F32] there take llama.cpp's prefill order (one chain) instead. */
+void llmrt_attn_dot_f16_avx2(int n, float *s, const void *x, const void *y);
+void llmrt_attn_dot_f32_avx2(int n, float *s, const void *x, const void *y);
 /* Attention kernels (csrc/kernels/attn_generic.c, x86/attn_avx2.c), registered after the dot
- * kernels of the same level (they copy its vec_dot pointers into attn_pv_dot). */
+ * kernels of the same level (generic: they copy its vec_dot pointers into attn_pv_dot; avx2: the
+ * attn_dot_* pair above). */
 void llmrt_register_attn_kernels_generic(llmrt_kernel_table *kt);
 void llmrt_register_attn_kernels_avx2(llmrt_kernel_table *kt);
 /* Kernels of the llmrt-private weight-only types (csrc/kernels/wq_generic.c, x86/wq_avx2.c). */

@@ -9,7 +9,7 @@
  * P.V. The column-by-column way (gather V[:, d] over n cells, then vec_dot) is what ggml
  * computes; this gives each output y[d] the same float operations while reading V row by row:
  *
- *   vec_dot_f16_avx2 / vec_dot_f32_avx2 over n cells (n a multiple of 32) keep 4 accumulators of
+ *   attn_dot_f16_avx2 / attn_dot_f32_avx2 over n cells (n a multiple of 32) keep 4 accumulators of
  *   8 lanes; cell c goes to accumulator j = (c % 32) / 8, lane c % 8, by one fma, in increasing c.
  *   So "lane" L = c % 32 is a chain of fmas over the cells L, L + 32, L + 64, ... Here, for each
  *   block of outputs d (up to 8 registers over the rows) and each L, that chain runs with the
@@ -22,11 +22,11 @@
  *   where every row has p == 0 are skipped, as is every cell outside [c0, c1). The f16
  *   probabilities are converted to f32 once (exact), into the scratch.
  *
- * Scores. Each K.q is vec_dot_f16_avx2's / vec_dot_f32_avx2's sequence (see dot_f16 below);
+ * Scores. Each K.q is attn_dot_f16_avx2's / attn_dot_f32_avx2's sequence (see dot_f16 below);
  * for f16 the q rows are converted to f32 once (exact), and each K vector, converted once, goes
  * into the accumulators of every row.
  *
- * Many dots (attn_dots_f16_avx2, the tiled prefill's P.V over V transposed): vec_dot_f16_avx2 of
+ * Many dots (attn_dots_f16_avx2, the tiled prefill's P.V over V transposed): attn_dot_f16_avx2 of
  * every (X row, Y row) pair in 4 x 3 register tiles, see "many dots" below.
  */
 #if defined(__x86_64__)
@@ -154,7 +154,7 @@ static ALWAYS_INLINE void attn_pv(int kind, int hd, int nq, float *y, int64_t ld
     }
 }
 
-/* ---- scores: one dot per (row, cell), as vec_dot_f16_avx2 / vec_dot_f32_avx2 (dot_avx2.c)
+/* ---- scores: one dot per (row, cell), as attn_dot_f16_avx2 / attn_dot_f32_avx2 (dot_avx2.c)
  * compute it:
  *   f16: 4 x 8 lanes over steps of 32, (a0 + a2) + (a1 + a3), halves, two hadds, double tail;
  *   f32: 4 x 8 lanes over steps of 32, then steps of 8 into a0, hsum_ps((a0 + a1) + (a2 + a3)),
@@ -162,7 +162,7 @@ static ALWAYS_INLINE void attn_pv(int kind, int hd, int nq, float *y, int64_t ld
 
 /* Accumulators i0 .. i0 + NI of NQ rows' dots with one f16 K row kr over its first np (a multiple
  * of 32) elements: acc[j][i] = accumulator i of row j, lane l summing elements 32 e + 8 i + l in
- * increasing e, as vec_dot_f16_avx2 builds it. qf: the rows in f32, ldq apart. */
+ * increasing e, as attn_dot_f16_avx2 builds it. qf: the rows in f32, ldq apart. */
 static ALWAYS_INLINE void qk_f16_acc(int np, int NQ, int i0, int NI, const llmrt_fp16_t *kr, const float *qf,
                                      int64_t ldq, __m256 acc[4][4]) {
     for (int j = 0; j < NQ; j++) {
@@ -178,7 +178,7 @@ static ALWAYS_INLINE void qk_f16_acc(int np, int NQ, int i0, int NI, const llmrt
     }
 }
 
-/* vec_dot_f16_avx2's end: the 4 accumulators reduced, then the scalar tail in double. */
+/* attn_dot_f16_avx2's end: the 4 accumulators reduced, then the scalar tail in double. */
 static ALWAYS_INLINE float qk_f16_finish(__m256 a[4], int np, int hd, const llmrt_fp16_t *kr, const float *qj) {
     const __m256 a02 = _mm256_add_ps(a[0], a[2]);
     const __m256 a13 = _mm256_add_ps(a[1], a[3]);
@@ -306,12 +306,12 @@ static void attn_qk_f32_avx2(int hd, int nq, float *s, int64_t lds, const void *
     }
 }
 
-/* ---- many dots (llmrt_attn_dots_fn): out[j * ldo + i] = vec_dot_f16_avx2(n, X_i, Y_j), tiled
- * RX X rows by RY Y rows in registers. vec_dot_f16_avx2's 4 accumulators are independent chains
+/* ---- many dots (llmrt_attn_dots_fn): out[j * ldo + i] = attn_dot_f16_avx2(n, X_i, Y_j), tiled
+ * RX X rows by RY Y rows in registers. attn_dot_f16_avx2's 4 accumulators are independent chains
  * (accumulator a sums elements 32 e + 8 a + l in increasing e, lane l), so they are built one at a
  * time (4 passes over the rows), each X vector converted once for the RY rows and each Y vector
  * loaded once for the RX rows: RX * RY chains of fmas in flight. Then
- * r = (a0 + a2) + (a1 + a3) as vec_dot_f16_avx2 adds them, and the horizontal sums of 8 r at once
+ * r = (a0 + a2) + (a1 + a3) as attn_dot_f16_avx2 adds them, and the horizontal sums of 8 r at once
  * (qk_f16_end8) or, with a tail, one at a time (qk_f16_finish's end). */
 
 enum { DX = 4, DY = 3, DXB = 24 }; /* tile: DX X rows by DY Y rows; X rows per finishing block */
@@ -348,7 +348,7 @@ static ALWAYS_INLINE void dots_tile(int np, int RX, int RY, const llmrt_fp16_t *
     }
 }
 
-/* vec_dot_f16_avx2's end from r = (a0 + a2) + (a1 + a3): halves, two hadds, the tail in double. */
+/* attn_dot_f16_avx2's end from r = (a0 + a2) + (a1 + a3): halves, two hadds, the tail in double. */
 static ALWAYS_INLINE float dots_finish(__m256 r, int np, int n, const llmrt_fp16_t *xr, const float *yr) {
     const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
     const __m128 t1 = _mm_hadd_ps(t0, t0);
@@ -428,19 +428,19 @@ static void attn_pv_f32_avx2(int hd, int nq, float *y, int64_t ldy, const void *
 void llmrt_register_attn_kernels_avx2(llmrt_kernel_table *kt) {
 #if defined(__x86_64__)
     kt->attn_pv[LLMRT_TYPE_F16] = attn_pv_f16_avx2;
-    kt->attn_pv_dot[LLMRT_TYPE_F16] = kt->vec_dot[LLMRT_TYPE_F16];
+    kt->attn_pv_dot[LLMRT_TYPE_F16] = llmrt_attn_dot_f16_avx2;
     kt->attn_pv_name[LLMRT_TYPE_F16] = "attn_pv_f16_avx2";
     kt->attn_pv[LLMRT_TYPE_F32] = attn_pv_f32_avx2;
-    kt->attn_pv_dot[LLMRT_TYPE_F32] = kt->vec_dot[LLMRT_TYPE_F32];
+    kt->attn_pv_dot[LLMRT_TYPE_F32] = llmrt_attn_dot_f32_avx2;
     kt->attn_pv_name[LLMRT_TYPE_F32] = "attn_pv_f32_avx2";
     kt->attn_qk[LLMRT_TYPE_F16] = attn_qk_f16_avx2;
-    kt->attn_qk_dot[LLMRT_TYPE_F16] = kt->vec_dot[LLMRT_TYPE_F16];
+    kt->attn_qk_dot[LLMRT_TYPE_F16] = llmrt_attn_dot_f16_avx2;
     kt->attn_qk_name[LLMRT_TYPE_F16] = "attn_qk_f16_avx2";
     kt->attn_qk[LLMRT_TYPE_F32] = attn_qk_f32_avx2;
-    kt->attn_qk_dot[LLMRT_TYPE_F32] = kt->vec_dot[LLMRT_TYPE_F32];
+    kt->attn_qk_dot[LLMRT_TYPE_F32] = llmrt_attn_dot_f32_avx2;
     kt->attn_qk_name[LLMRT_TYPE_F32] = "attn_qk_f32_avx2";
     kt->attn_dots[LLMRT_TYPE_F16] = attn_dots_f16_avx2;
-    kt->attn_dots_dot[LLMRT_TYPE_F16] = kt->vec_dot[LLMRT_TYPE_F16];
+    kt->attn_dots_dot[LLMRT_TYPE_F16] = llmrt_attn_dot_f16_avx2;
     kt->attn_dots_name[LLMRT_TYPE_F16] = "attn_dots_f16_avx2";
 #else
     (void)kt;

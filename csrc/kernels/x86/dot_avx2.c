@@ -13,12 +13,14 @@
  *   - signed weights (Q8_0, IQ4_NL, IQ4_XS) go through the sign trick
  *     maddubs(|x|, sign(y, x)), exact while y != -128. ggml's activation quantizers (Q8_0, Q8_1,
  *     Q8_K) only produce [-127, 127], so that holds for every activation row they make;
- * F32/F16/BF16 accumulate in f32 lanes (4 x 8), then a scalar tail that reads only the row.
+ * F32/F16/BF16 accumulate in one chain of 8 f32 lanes (llama.cpp's prefill order, see below), then a
+ * scalar tail that reads only the row; attention keeps ggml_vec_dot_f16's 4 chains (attn_dot_*).
  *
  * Bit-exactness with llama.cpp: the kernels ggml runs for a single token (vec_dot at n_batch = 1)
  * are reproduced in ggml's exact f32 order: the same integer lane partition (lane k of a block's
  * 8 i32 sums holds elements 4k..4k+3), one accumulator chain in block order, ggml's hsum, and the
- * scalar FMAs that ggml's -march=native build contracts (e.g. Q4_1's Σ m·s).
+ * scalar FMAs that ggml's -march=native build contracts (e.g. Q4_1's Σ m·s). The float types
+ * take ggml's prefill order instead (tinyBLAS, one chain), which their packed GEMM can tile.
  */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
@@ -71,26 +73,51 @@ static ALWAYS_INLINE float load1_ps(const void *p, int i, int kind) {
     }
 }
 
+/* Weight matmuls (vec_dot[T], and the packed GEMV / GEMM of gemm_k_avx2.c with the same bits): one
+ * chain of 8 f32 lanes over steps of 8 (lane l += x[i + l] * y[i + l], one fma), hsum_ps (halves,
+ * then movehl, then movehdup), then the tail (n % 8 elements) in double, one f32 product at a time.
+ * For n % 8 == 0 that is llama.cpp's own prefill order for these types (llamafile's tinyBLAS on
+ * AVX2: one __m256 accumulator per output over steps of 8, the same hsum); its batch-1 vec_dot
+ * keeps 4 accumulators (attn_dot_* below). One chain is what lets the packed GEMM stream each
+ * weight and activation row once per tile: the 4 chains ran one pass each over L1-sized segments,
+ * and every pass's first touch of a line came from L2 in a burst (F16 prefill at 68 % of the fma
+ * peak vs 85 % with one chain, Zen 3). */
 static ALWAYS_INLINE void vec_dot_float(int n, float *s, const void *x, const void *y, int kind) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    __m256 acc = _mm256_setzero_ps();
     int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm256_fmadd_ps(load8_ps(x, i, kind), load8_ps(y, i, kind), acc0);
-        acc1 = _mm256_fmadd_ps(load8_ps(x, i + 8, kind), load8_ps(y, i + 8, kind), acc1);
-        acc2 = _mm256_fmadd_ps(load8_ps(x, i + 16, kind), load8_ps(y, i + 16, kind), acc2);
-        acc3 = _mm256_fmadd_ps(load8_ps(x, i + 24, kind), load8_ps(y, i + 24, kind), acc3);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load8_ps(x, i, kind), load8_ps(y, i, kind), acc0);
-    double sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(load8_ps(x, i, kind), load8_ps(y, i, kind), acc);
+    double sum = hsum_ps(acc);
     for (; i < n; i++) sum += (double)(load1_ps(x, i, kind) * load1_ps(y, i, kind)); /* tail: never past the row */
     *s = (float)sum;
 }
 
 static void vec_dot_f32_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_F32); }
-/* ggml_vec_dot_f16 on AVX2, in its exact order: 4 accumulators of 8 lanes over steps of 32,
+static void vec_dot_f16_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_F16); }
+static void vec_dot_bf16_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_BF16); }
+
+/* Attention's dots (attn_pv_dot / attn_qk_dot / attn_dots_dot, reproduced by attn_avx2.c's
+ * kernels): ggml_vec_dot_f16 on AVX2 in its exact order, and the f32 analogue.
+ * F32: 4 chains of 8 lanes over steps of 32 (chain c: elements 8c..8c+7 of each step), then steps
+ * of 8 into chain 0, hsum_ps((c0 + c1) + (c2 + c3)) in double, then the scalar tail in double. */
+void llmrt_attn_dot_f32_avx2(int n, float *s, const void *x, const void *y) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(load8_ps(x, i, KIND_F32), load8_ps(y, i, KIND_F32), acc0);
+        acc1 = _mm256_fmadd_ps(load8_ps(x, i + 8, KIND_F32), load8_ps(y, i + 8, KIND_F32), acc1);
+        acc2 = _mm256_fmadd_ps(load8_ps(x, i + 16, KIND_F32), load8_ps(y, i + 16, KIND_F32), acc2);
+        acc3 = _mm256_fmadd_ps(load8_ps(x, i + 24, KIND_F32), load8_ps(y, i + 24, KIND_F32), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load8_ps(x, i, KIND_F32), load8_ps(y, i, KIND_F32), acc0);
+    double sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) sum += (double)(load1_ps(x, i, KIND_F32) * load1_ps(y, i, KIND_F32));
+    *s = (float)sum;
+}
+
+/* F16: ggml_vec_dot_f16 on AVX2, in its exact order: 4 accumulators of 8 lanes over steps of 32,
  * reduced as (a0 + a2) + (a1 + a3), then the 128-bit halves, then two hadds; the tail (n % 32
  * elements) is added in double, one f32 product at a time. */
-static void vec_dot_f16_avx2(int n, float *s, const void *vx, const void *vy) {
+void llmrt_attn_dot_f16_avx2(int n, float *s, const void *vx, const void *vy) {
     const llmrt_fp16_t *x = vx; /* (n) */
     const llmrt_fp16_t *y = vy; /* (n) */
     const int np = n & ~31;
@@ -111,7 +138,6 @@ static void vec_dot_f16_avx2(int n, float *s, const void *vx, const void *vy) {
     for (int i = np; i < n; i++) sum += (double)(f16(x[i]) * f16(y[i]));
     *s = (float)sum;
 }
-static void vec_dot_bf16_avx2(int n, float *s, const void *x, const void *y) { vec_dot_float(n, s, x, y, KIND_BF16); }
 
 /* ---- 32-element blocks ------------------------------------------------------------------------- */
 

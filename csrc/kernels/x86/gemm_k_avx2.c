@@ -1,6 +1,7 @@
 /*
- * gemm_k_avx2.c — GEMV/GEMM kernels over packed K-quant rows (Q2_K..Q6_K) for the AVX2 level
- * (AVX2 + FMA + F16C). Layouts: ../pack_k.h; contract: llmrt/gemm.h.
+ * gemm_k_avx2.c — GEMV/GEMM kernels over packed K-quant rows (Q2_K..Q6_K, IQ4_XS) and float rows
+ * (F32, F16, BF16) for the AVX2 level (AVX2 + FMA + F16C). Layouts: ../pack_k.h; contract:
+ * llmrt/gemm.h.
  *
  * Each kernel gives, for every (row r, activation row t), the exact bits of the matching
  * dot_avx2.c vec_dot: the integer sums inside a super-block are exact (any order gives the same
@@ -12,6 +13,8 @@
  *     32-element group, times the group's scales), acc = fma(d·dy, lanes, acc) in 8 f32 lanes per
  *     (row, token), hsum at the end (ggml's order); Q2_K/Q5_K also summ = fma(dmin·dy, imin, summ)
  *     in scalar f32, as ggml's -march=native build contracts it, and the result is hsum - summ.
+ *   - F32, F16, BF16 (plain rows, pack_k.h): dot_avx2.c's vec_dot_float, one chain of 8 f32 lanes
+ *     per (row, token) over steps of 8 (llama.cpp's tinyBLAS order), see tile_float / gemv_float_rows.
  *
  * Speed: a row's quants are unpacked into registers once per super-block and reused for TT
  * activation rows; scales and mins come pre-expanded from the packed layout (no 6-bit unpacking).
@@ -441,16 +444,14 @@ static void gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void 
 
 /* ---- F32 / F16 / BF16 ------------------------------------------------------------------------------ */
 
-/* dot_avx2.c's orders, per (row, activation row):
- *   F32, BF16 (vec_dot_float): 4 chains of 8 lanes over steps of 32 (chain c: elements 8c..8c+7 of
- *     each step), then steps of 8 into chain 0, hsum_ps((c0 + c1) + (c2 + c3)) in double, then the
- *     scalar tail in double;
- *   F16 (ggml_vec_dot_f16): the same 4 chains over steps of 32 only, reduced as (c0 + c2) + (c1 + c3),
- *     halves, two hadds, then the scalar tail (n % 32 elements) in double.
- * The chains are independent, so each is run in its own pass over a tile of FR rows x NT activation
- * rows (FR·NT accumulators, FR + NT loads per FR·NT fmas); every chain keeps its own order. */
+/* dot_avx2.c's order (vec_dot_float), per (row, activation row), for F32, F16 and BF16: one chain
+ * of 8 f32 lanes over steps of 8 (one fma each), hsum_ps, then the scalar tail (n % 8 elements) in
+ * double. Prefill: tiles of FR rows x NT activation rows (FR·NT accumulators, FR + NT loads per FR·NT
+ * fmas), each row and activation row streamed once per tile, front to back (llamafile's tinyBLAS
+ * tile on AVX2). Decode: GV_R rows per pass, one accumulator each. */
 enum { KIND_F32, KIND_F16, KIND_BF16 };
-#define FR 4 /* rows per float tile */
+#define FR 4   /* rows per float tile */
+#define GV_R 4 /* decode: rows per pass (one chain each: 4 independent fma chains) */
 
 static ALWAYS_INLINE __m256 load8_ps(const void *p, int64_t i, int kind) {
     switch (kind) {
@@ -469,116 +470,104 @@ static ALWAYS_INLINE float load1_ps(const void *p, int64_t i, int kind) {
     }
 }
 
-/* out[r][t] = dot(row r of w (FR rows, K elements apart), activation a[t]) for t < NT */
-static ALWAYS_INLINE void tile_float(int kind, int akind, int NT, int64_t n, const uint8_t *w, size_t row_bytes,
-                                     const void *const *a, float out[FR][3]) {
-    __m256 acc[FR][3][4];
-    for (int r = 0; r < FR; r++) for (int t = 0; t < NT; t++) for (int c = 0; c < 4; c++) acc[r][t][c] = _mm256_setzero_ps();
-    const int64_t n32 = n - n % 32;
-    /* K in segments whose FR + NT rows stay in L1 (~14 KB); each chain resumes where it stopped, so its
-     * fmas are the same in the same order. Whole-K passes: a 4096-long F16 row set (56 KB) fell out of
-     * L1 and ffn_down ran at half the flop rate of ffn_up (Zen 3, 1 thread: 40 vs 75 GFLOP/s). */
-    const int64_t ks = kind == KIND_F32 ? 512 : 1024;
-    for (int64_t k0 = 0; k0 < n32; k0 += ks) {
-        const int64_t k1 = k0 + ks < n32 ? k0 + ks : n32;
-        for (int c = 0; c < 4; c++) {
-            __m256 s[FR][3];
-            for (int r = 0; r < FR; r++) for (int t = 0; t < NT; t++) s[r][t] = acc[r][t][c];
-            for (int64_t i = k0 + 8 * c; i < k1; i += 32) {
-                __m256 av[3];
-                for (int t = 0; t < NT; t++) av[t] = load8_ps(a[t], i, akind);
-                for (int r = 0; r < FR; r++) {
-                    const __m256 wv = load8_ps(w + r * row_bytes, i, kind);
-                    for (int t = 0; t < NT; t++) s[r][t] = _mm256_fmadd_ps(wv, av[t], s[r][t]);
-                }
-            }
-            for (int r = 0; r < FR; r++) for (int t = 0; t < NT; t++) acc[r][t][c] = s[r][t];
-        }
-    }
-    int64_t i0 = n32;
-    if (kind != KIND_F16) { /* steps of 8 into chain 0 */
-        for (; i0 + 8 <= n; i0 += 8) {
-            for (int r = 0; r < FR; r++) {
-                const __m256 wv = load8_ps(w + r * row_bytes, i0, kind);
-                for (int t = 0; t < NT; t++) acc[r][t][0] = _mm256_fmadd_ps(wv, load8_ps(a[t], i0, akind), acc[r][t][0]);
-            }
-        }
-    }
-    for (int r = 0; r < FR; r++) {
-        for (int t = 0; t < NT; t++) {
-            __m256 *ac = acc[r][t];
-            double sum;
-            if (kind == KIND_F16) {
-                const __m256 s0 = _mm256_add_ps(_mm256_add_ps(ac[0], ac[2]), _mm256_add_ps(ac[1], ac[3]));
-                const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-                const __m128 t1 = _mm_hadd_ps(t0, t0);
-                sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-            } else {
-                sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(ac[0], ac[1]), _mm256_add_ps(ac[2], ac[3])));
-            }
-            const uint8_t *wr = w + r * row_bytes;
-            for (int64_t i = i0; i < n; i++) sum += (double)(load1_ps(wr, i, kind) * load1_ps(a[t], i, akind));
-            out[r][t] = (float)sum;
-        }
-    }
+/* vec_dot_float's end: hsum_ps of the chain, then the scalar tail [i0, n) in double (the weight's
+ * kind for w, akind_t for a: the activation row itself, never its f32 widening, past i0) */
+static ALWAYS_INLINE float float_finish(__m256 acc, const void *w, const void *a, int64_t i0, int64_t n, int kind) {
+    double sum = hsum_ps(acc);
+    for (int64_t i = i0; i < n; i++) sum += (double)(load1_ps(w, i, kind) * load1_ps(a, i, kind));
+    return (float)sum;
 }
 
-/* one activation row (decode): the 4 chains in one pass, 2 rows at a time (8 accumulators), so the
- * weights stream through once, the next 2 rows prefetched at the same offsets (after the last pair,
- * the next group's: consecutive groups are consecutive in memory); then the same steps, reduction
- * and tail as tile_float. The vector steps read the activation from av (akind: the row itself or its
- * exact f32 widening), the tail from a (kind). */
-#define GEMV_KBUF 8192
+/* out[r][t] = dot(row r of w (FR rows, row_bytes apart), activation a[t]) for t < NT. The vector
+ * steps read a[t] as akind (the row itself or its exact f32 widening), the tail reads at[t] (kind).
+ * NT == 3 is written out with named accumulators: 12 of them + 3 activations + 1 weight vector are
+ * the 16 ymm registers, and with arrays GCC kept one accumulator in memory (a store-to-load chain
+ * that halved the tile's speed). */
+static ALWAYS_INLINE void tile_float(int kind, int akind, int NT, int64_t n, const uint8_t *w, size_t row_bytes,
+                                     const void *const *a, const void *const *at, float out[FR][3]) {
+    const size_t es = kind == KIND_F32 ? 4 : 2, aes = akind == KIND_F32 ? 4 : 2;
+    const int64_t n8 = n - n % 8;
+    __m256 s[FR][3];
+    if (NT == 3) {
+        const uint8_t *a0 = (const uint8_t *)a[0], *a1 = (const uint8_t *)a[1], *a2 = (const uint8_t *)a[2];
+        const uint8_t *w0 = w, *w1 = w + row_bytes, *w2 = w + 2 * row_bytes, *w3 = w + 3 * row_bytes;
+        __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s10 = s00, s11 = s00, s12 = s00;
+        __m256 s20 = s00, s21 = s00, s22 = s00, s30 = s00, s31 = s00, s32 = s00;
+        for (int64_t i = 0; i < n8; i += 8) {
+            const __m256 x0 = load8_ps(a0 + i * aes, 0, akind), x1 = load8_ps(a1 + i * aes, 0, akind),
+                         x2 = load8_ps(a2 + i * aes, 0, akind);
+            __m256 v = load8_ps(w0 + i * es, 0, kind);
+            s00 = _mm256_fmadd_ps(v, x0, s00), s01 = _mm256_fmadd_ps(v, x1, s01), s02 = _mm256_fmadd_ps(v, x2, s02);
+            v = load8_ps(w1 + i * es, 0, kind);
+            s10 = _mm256_fmadd_ps(v, x0, s10), s11 = _mm256_fmadd_ps(v, x1, s11), s12 = _mm256_fmadd_ps(v, x2, s12);
+            v = load8_ps(w2 + i * es, 0, kind);
+            s20 = _mm256_fmadd_ps(v, x0, s20), s21 = _mm256_fmadd_ps(v, x1, s21), s22 = _mm256_fmadd_ps(v, x2, s22);
+            v = load8_ps(w3 + i * es, 0, kind);
+            s30 = _mm256_fmadd_ps(v, x0, s30), s31 = _mm256_fmadd_ps(v, x1, s31), s32 = _mm256_fmadd_ps(v, x2, s32);
+        }
+        s[0][0] = s00, s[0][1] = s01, s[0][2] = s02, s[1][0] = s10, s[1][1] = s11, s[1][2] = s12;
+        s[2][0] = s20, s[2][1] = s21, s[2][2] = s22, s[3][0] = s30, s[3][1] = s31, s[3][2] = s32;
+    } else {
+        for (int r = 0; r < FR; r++) for (int t = 0; t < NT; t++) s[r][t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n8; i += 8) {
+            __m256 av[3];
+            for (int t = 0; t < NT; t++) av[t] = load8_ps((const uint8_t *)a[t] + i * aes, 0, akind);
+            for (int r = 0; r < FR; r++) {
+                const __m256 wv = load8_ps(w + r * row_bytes + i * es, 0, kind);
+                for (int t = 0; t < NT; t++) s[r][t] = _mm256_fmadd_ps(wv, av[t], s[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < FR; r++)
+        for (int t = 0; t < NT; t++) out[r][t] = float_finish(s[r][t], w + r * row_bytes, at[t], n8, n, kind);
+}
+
+/* one activation row (decode): GV_R rows at a time, one chain each, so the weights stream through
+ * once, the next GV_R rows prefetched at the same offsets (after the last ones, the next group's:
+ * consecutive groups are consecutive in memory); then float_finish. The vector steps read the
+ * activation from av (akind: the row itself or its exact f32 widening), the tail from a (kind). */
+#define GEMV_KBUF 8192 /* an activation row of up to this many elements is widened to f32 once */
 
 /* row r of a call's groups (pack_k.h: PK_R plain rows per group, groups group_bytes apart: the rows
  * rounded up to 64 bytes), as an address (rows past the call's groups are prefetched only) */
 static ALWAYS_INLINE uintptr_t float_row(const void *group, int r, size_t row_bytes) {
     const size_t group_bytes = (PK_R * row_bytes + 63) & ~(size_t)63;
     return (uintptr_t)group + (size_t)(r / PK_R) * group_bytes + (size_t)(r % PK_R) * row_bytes;
-} /* an activation row of up to this many elements is widened to f32 once */
+}
 
 static ALWAYS_INLINE void gemv_float_rows(int kind, int akind, int64_t n, const uint8_t *w, size_t row_bytes,
                                           int n_rows, const void *av, const void *a, float *y) {
-    const size_t es = kind == KIND_F32 ? 4 : 2;
-    for (int r0 = 0; r0 < n_rows; r0 += 2) { /* rows past n_rows are the group's zero padding */
-        __m256 acc[2][4];
-        for (int r = 0; r < 2; r++) for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
-        const uint8_t *w0 = (const uint8_t *)float_row(w, r0, row_bytes), *w1 = w0 + row_bytes; /* one group's */
-        const uintptr_t next = float_row(w, r0 + 2, row_bytes); /* prefetch only */
+    const size_t es = kind == KIND_F32 ? 4 : 2, aes = akind == KIND_F32 ? 4 : 2;
+    const int64_t n8 = n - n % 8;
+    for (int r0 = 0; r0 < n_rows; r0 += GV_R) { /* rows past n_rows are the group's zero padding */
+        const uint8_t *w0 = (const uint8_t *)float_row(w, r0, row_bytes); /* GV_R rows of one group */
+        const uint8_t *w1 = w0 + row_bytes, *w2 = w0 + 2 * row_bytes, *w3 = w0 + 3 * row_bytes;
+        const uintptr_t next = float_row(w, r0 + GV_R, row_bytes); /* prefetch only */
+        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
         int64_t i = 0;
-        for (; i + 32 <= n; i += 32) {
+        for (; i + 32 <= n8; i += 32) { /* 32 elements: 64 bytes of F16 / BF16 per row, 128 of F32 */
             for (size_t b = 0; b < 32 * es; b += 64) {
-                _mm_prefetch((const char *)(next + (size_t)i * es + b), _MM_HINT_T0);
-                _mm_prefetch((const char *)(next + row_bytes + (size_t)i * es + b), _MM_HINT_T0);
+                for (int r = 0; r < GV_R; r++)
+                    _mm_prefetch((const char *)(next + r * row_bytes + (size_t)i * es + b), _MM_HINT_T0);
             }
-            for (int c = 0; c < 4; c++) {
-                const __m256 x = load8_ps(av, i + 8 * c, akind);
-                acc[0][c] = _mm256_fmadd_ps(load8_ps(w0, i + 8 * c, kind), x, acc[0][c]);
-                acc[1][c] = _mm256_fmadd_ps(load8_ps(w1, i + 8 * c, kind), x, acc[1][c]);
-            }
-        }
-        if (kind != KIND_F16) { /* steps of 8 into chain 0 */
-            for (; i + 8 <= n; i += 8) {
-                const __m256 x = load8_ps(av, i, akind);
-                acc[0][0] = _mm256_fmadd_ps(load8_ps(w0, i, kind), x, acc[0][0]);
-                acc[1][0] = _mm256_fmadd_ps(load8_ps(w1, i, kind), x, acc[1][0]);
+            for (int64_t k = i; k < i + 32; k += 8) {
+                const __m256 x = load8_ps((const uint8_t *)av + k * aes, 0, akind);
+                c0 = _mm256_fmadd_ps(load8_ps(w0 + k * es, 0, kind), x, c0);
+                c1 = _mm256_fmadd_ps(load8_ps(w1 + k * es, 0, kind), x, c1);
+                c2 = _mm256_fmadd_ps(load8_ps(w2 + k * es, 0, kind), x, c2);
+                c3 = _mm256_fmadd_ps(load8_ps(w3 + k * es, 0, kind), x, c3);
             }
         }
-        for (int r = 0; r < 2 && r0 + r < n_rows; r++) {
-            const __m256 *ac = acc[r];
-            double sum;
-            if (kind == KIND_F16) {
-                const __m256 s0 = _mm256_add_ps(_mm256_add_ps(ac[0], ac[2]), _mm256_add_ps(ac[1], ac[3]));
-                const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-                const __m128 t1 = _mm_hadd_ps(t0, t0);
-                sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-            } else {
-                sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(ac[0], ac[1]), _mm256_add_ps(ac[2], ac[3])));
-            }
-            const uint8_t *wr = w0 + r * row_bytes;
-            for (int64_t k = i; k < n; k++) sum += (double)(load1_ps(wr, k, kind) * load1_ps(a, k, kind));
-            y[r0 + r] = (float)sum;
+        for (; i < n8; i += 8) {
+            const __m256 x = load8_ps((const uint8_t *)av + i * aes, 0, akind);
+            c0 = _mm256_fmadd_ps(load8_ps(w0 + i * es, 0, kind), x, c0);
+            c1 = _mm256_fmadd_ps(load8_ps(w1 + i * es, 0, kind), x, c1);
+            c2 = _mm256_fmadd_ps(load8_ps(w2 + i * es, 0, kind), x, c2);
+            c3 = _mm256_fmadd_ps(load8_ps(w3 + i * es, 0, kind), x, c3);
         }
+        const __m256 c[GV_R] = { c0, c1, c2, c3 };
+        for (int r = 0; r < GV_R && r0 + r < n_rows; r++)
+            y[r0 + r] = float_finish(c[r], w0 + r * row_bytes, a, n8, n, kind);
     }
 }
 
@@ -600,14 +589,16 @@ static ALWAYS_INLINE void gemv_float(int kind, int64_t n, const uint8_t *w, size
     }
 }
 
-/* one FR x nt tile (nt = 1..3 tokens from t0, rows from r0 of the call) into y */
+/* one FR x nt tile (nt = 1..3 tokens from t0, rows from r0 of the call) into y; a: the vector steps'
+ * activation rows (akind), at: the rows themselves (the tails) */
 static ALWAYS_INLINE void tile_float_to_y(int kind, int akind, int nt, int64_t K, const void *group, size_t row_bytes,
-                                          int r0, int n_rows, const void *const *a, int t0, float *y, int64_t y_stride) {
+                                          int r0, int n_rows, const void *const *a, const void *const *at, int t0,
+                                          float *y, int64_t y_stride) {
     const uint8_t *w = (const uint8_t *)float_row(group, r0, row_bytes); /* FR rows of one group */
     float out[FR][3];
-    if (nt == 3) tile_float(kind, akind, 3, K, w, row_bytes, a, out);
-    else if (nt == 2) tile_float(kind, akind, 2, K, w, row_bytes, a, out);
-    else tile_float(kind, akind, 1, K, w, row_bytes, a, out);
+    if (nt == 3) tile_float(kind, akind, 3, K, w, row_bytes, a, at, out);
+    else if (nt == 2) tile_float(kind, akind, 2, K, w, row_bytes, a, at, out);
+    else tile_float(kind, akind, 1, K, w, row_bytes, a, at, out);
     for (int r = 0; r < FR && r0 + r < n_rows; r++) {
         for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * y_stride + r0 + r] = out[r][t];
     }
@@ -628,13 +619,14 @@ static ALWAYS_INLINE void gemm_float(int kind, int64_t K, const void *group, int
         float abuf[3][GEMV_KBUF] __attribute__((aligned(32)));
         for (int t0 = 0; t0 < n_x; t0 += 3) {
             const int nt = n_x - t0 < 3 ? n_x - t0 : 3;
-            const void *a[3] = { 0, 0, 0 }; /* the first nt are set */
+            const void *a[3] = { 0, 0, 0 }, *at[3] = { 0, 0, 0 }; /* the first nt are set */
             for (int t = 0; t < nt; t++) {
-                widen_row(kind, XROW(x, t0 + t, x_stride), K, abuf[t]);
+                at[t] = XROW(x, t0 + t, x_stride);
+                widen_row(kind, at[t], K, abuf[t]);
                 a[t] = abuf[t];
             }
             for (int r0 = 0; r0 < n_rows; r0 += FR) /* rows past n_rows are the group's zero padding */
-                tile_float_to_y(kind, KIND_F32, nt, K, group, row_bytes, r0, n_rows, a, t0, y, y_stride);
+                tile_float_to_y(kind, KIND_F32, nt, K, group, row_bytes, r0, n_rows, a, at, t0, y, y_stride);
         }
         return;
     }
@@ -643,7 +635,7 @@ static ALWAYS_INLINE void gemm_float(int kind, int64_t K, const void *group, int
             const int nt = n_x - t0 < 3 ? n_x - t0 : 3;
             const void *a[3] = { 0, 0, 0 }; /* the first nt are set */
             for (int t = 0; t < nt; t++) a[t] = XROW(x, t0 + t, x_stride);
-            tile_float_to_y(kind, kind, nt, K, group, row_bytes, r0, n_rows, a, t0, y, y_stride);
+            tile_float_to_y(kind, kind, nt, K, group, row_bytes, r0, n_rows, a, a, t0, y, y_stride);
         }
     }
 }
