@@ -470,8 +470,8 @@ static ALWAYS_INLINE float load1_ps(const void *p, int64_t i, int kind) {
     }
 }
 
-/* vec_dot_float's end: hsum_ps of the chain, then the scalar tail [i0, n) in double (the weight's
- * kind for w, akind_t for a: the activation row itself, never its f32 widening, past i0) */
+/* vec_dot_float's end: hsum_ps of the chain, then the scalar tail [i0, n) in double, w and a both
+ * read as `kind` (a: the activation row itself, never its f32 widening) */
 static ALWAYS_INLINE float float_finish(__m256 acc, const void *w, const void *a, int64_t i0, int64_t n, int kind) {
     double sum = hsum_ps(acc);
     for (int64_t i = i0; i < n; i++) sum += (double)(load1_ps(w, i, kind) * load1_ps(a, i, kind));
