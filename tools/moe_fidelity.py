@@ -17,7 +17,11 @@ llama.cpp runs in a child process of the reference venv (llama-cpp-python, never
 which writes its ids and logits to /tmp/moe_fidelity_<file>.npz. Both sides: 2 threads, llama.cpp
 with flash_attn off (as the references). Run with the project's python:
 
-    PYTHONPATH=. python tools/moe_fidelity.py [FILE.gguf ...] [--n-tokens 256]
+    PYTHONPATH=. python tools/moe_fidelity.py [FILE.gguf ...] [--n-tokens 256] [--no-repack]
+
+--no-repack adds llama.cpp b1 with its CPU_REPACK buffer type off (use_extra_bufts=False), i.e. its
+plain vec_dot kernels instead of the repacked ones (Q4_0 / IQ4_NL / Q4_K ... on AVX2), and compares
+llama.cpp with itself and llmrt with it. Dense files work too.
 
 Without FILE: synthetic-moe-0.5b-{q4_0,q8_0,q4_k_m}.gguf in ~/.cache/llmrt/synthetic.
 """
@@ -42,14 +46,27 @@ ROUND = 6           # llama.cpp's log-probs rounded as in the committed referenc
 
 # ---- llama.cpp side (run by the reference venv's python: --child) ------------------------------
 
-def child(path, out, n_tokens):
+def child(path, out, n_tokens, no_repack):
     import llama_cpp
     from llama_cpp import Llama
 
-    def make(n_batch):
-        return Llama(model_path=path, n_ctx=max(512, n_tokens), n_batch=n_batch, n_ubatch=n_batch,
-                     n_threads=N_THREADS, n_threads_batch=N_THREADS, seed=1234, logits_all=True,
-                     flash_attn=False, verbose=False)
+    import llama_cpp.llama_cpp as lc            # the module Llama() calls it through
+    defaults = lc.llama_model_default_params
+
+    def make(n_batch, repack=True):
+        # Llama() has no use_extra_bufts argument (unknown keywords are swallowed): the CPU_REPACK
+        # buffer type goes off through the default model parameters Llama() starts from
+        def params():
+            p = defaults()
+            p.use_extra_bufts = repack
+            return p
+        lc.llama_model_default_params = params
+        try:
+            return Llama(model_path=path, n_ctx=max(512, n_tokens), n_batch=n_batch, n_ubatch=n_batch,
+                         n_threads=N_THREADS, n_threads_batch=N_THREADS, seed=1234, logits_all=True,
+                         flash_attn=False, verbose=False)
+        finally:
+            lc.llama_model_default_params = defaults
 
     def run(llm, ids):
         llm.reset()
@@ -68,7 +85,12 @@ def child(path, out, n_tokens):
     llm = make(n_tokens)
     bn, tn = run(llm, ids)
     del llm
-    np.savez(out, ids=np.array(ids, dtype=np.int32), b1=b1, bn=bn, t=np.array([t1, tn]))
+    extra = {}
+    if no_repack:
+        llm = make(1, repack=False)
+        extra["p1"], _ = run(llm, ids)
+        del llm
+    np.savez(out, ids=np.array(ids, dtype=np.int32), b1=b1, bn=bn, t=np.array([t1, tn]), **extra)
 
 
 # ---- llmrt side and the comparison -------------------------------------------------------------
@@ -92,10 +114,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", default=[str(f) for f in DEFAULT_FILES])
     ap.add_argument("--n-tokens", type=int, default=256)
+    ap.add_argument("--no-repack", action="store_true",
+                    help="also run llama.cpp b1 with its weight repacking off (use_extra_bufts=False: "
+                         "ggml's plain vec_dot kernels) and compare both sides with it")
     ap.add_argument("--child", nargs=2, metavar=("MODEL", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        return child(args.child[0], args.child[1], args.n_tokens)
+        return child(args.child[0], args.child[1], args.n_tokens, args.no_repack)
 
     sys.path.insert(0, str(ROOT / "tests"))
     from test_fidelity import closeness         # the metric definitions of the dense tests
@@ -108,7 +133,8 @@ def main():
         name = Path(path).name
         out = f"/tmp/moe_fidelity_{Path(path).stem}.npz"
         t0 = time.perf_counter()
-        subprocess.run([REF_PY, __file__, "--child", path, out, "--n-tokens", str(n)], check=True)
+        subprocess.run([REF_PY, __file__, "--child", path, out, "--n-tokens", str(n)]
+                       + (["--no-repack"] if args.no_repack else []), check=True)
         ref = np.load(out)
         ids = [int(i) for i in ref["ids"]]
         t_ref = time.perf_counter() - t0
@@ -128,6 +154,11 @@ def main():
                ("llmrt batch vs llama.cpp b1", closeness(b1, rows(batch, ids))),
                ("llmrt tbt   vs llama.cpp b1", closeness(b1, rows(tbt, ids))),
                ("llmrt tbt   vs llmrt batch", closeness(rows(batch, ids), rows(tbt, ids)))]
+        if args.no_repack:
+            p1 = rows(ref["p1"], ids, rnd=True)
+            res += [("llama.cpp b1 no-repack vs b1", closeness(b1, p1)),
+                    ("llmrt batch vs b1 no-repack", closeness(p1, rows(batch, ids))),
+                    ("llmrt tbt   vs b1 no-repack", closeness(p1, rows(tbt, ids)))]
         table.append((name, res))
         print(f"{name}: {n} tokens (ids[:6] {ids[:6]}); llama.cpp b1 {ref['t'][0]:.1f}s, b{n} "
               f"{ref['t'][1]:.1f}s (child {t_ref:.1f}s in all); llmrt batch {t_batch:.1f}s, tbt "
@@ -135,10 +166,10 @@ def main():
 
     print(f"llmrt ISA {runtime.isa()}, {N_THREADS} threads; {n} tokens of tests/data/ppl_text.txt; "
           f"metrics of tests/test_fidelity.py (reference = first of each pair)")
-    print(f"{'file':34s} {'comparison':30s} {'top-1 %':>8s} {'KL5':>10s} {'|dlp|':>10s}")
+    print(f"{'file':34s} {'comparison':32s} {'top-1 %':>8s} {'KL5':>10s} {'|dlp|':>10s}")
     for name, res in table:
         for label, (agree, kl, dlp) in res:
-            print(f"{name:34s} {label:30s} {100 * agree:8.2f} {kl:10.2e} {dlp:10.2e}")
+            print(f"{name:34s} {label:32s} {100 * agree:8.2f} {kl:10.2e} {dlp:10.2e}")
 
 
 if __name__ == "__main__":
