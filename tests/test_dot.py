@@ -767,3 +767,42 @@ def test_avx2_float_dot_is_tinyblas_order(t, n):
             av = (ab.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
             want = tinyblas_dot_float(wv, av)
         assert got == want, (t.name, n, got, want)
+
+
+def ggml_repacked_dot_q4_0(dx, qx, dy, qy):
+    """Q4_0 x Q8_0 as llama.cpp runs it on AVX2 (its q4_0_8x8 repack, every batch size): per block
+    the whole integer sum, acc = fma(isum, dx·dy, acc) in one f32 chain, no hsum."""
+    acc = F32(0)
+    for ib in range(qx.shape[0]):
+        isum = int((qx[ib] * qy[ib]).sum())
+        acc = fma32(F32(isum), F32(F32(dx[ib]) * F32(dy[ib])), acc)
+    return F32(acc)
+
+
+@pytest.mark.parametrize("n", (32, 7 * 32, 24 * 32, 128 * 32))
+def test_q4_0_dot_orders(n):
+    """avx2: vec_dot[Q4_0] is llama.cpp's repacked order (the avx2 packed kernels give its bits,
+    tests/test_gemm.py); avx512_vnni (emulated here, real where the CPU has it): ggml's plain
+    vec_dot order, the one its 16-lane kernels reproduce."""
+    if ISA_LEVELS.index("avx2") > ISA_LEVELS.index(core.isa_max_supported()):
+        pytest.skip("CPU lacks avx2")
+    from llmrt import runtime
+    rng = np.random.default_rng(4000 + n)
+    for _ in range(3):
+        w = random_weights(T.Q4_0, n, rng)
+        ab = quantize_act(T.Q8_0, random_activations(n, rng))
+        qa, sa, _ = act_values(T.Q8_0, ab)
+        qa, dy = qa.reshape(-1, 32), sa.reshape(-1, 32)[:, 0]
+        parts = unpack(T.Q4_0, w)
+        qx, dx = parts[0][0], parts[0][2][:, 0]
+        assert F32(dot_at("avx2", T.Q4_0, w, ab, n)) == ggml_repacked_dot_q4_0(dx, qx, dy, qa)
+        lanes = ggml_dot_q8_0_like(dx, qx, dy, qa)
+        before, emulated = runtime.isa(), runtime.isa_emulated()
+        try:
+            levels = [("avx512_vnni", True)] + ([("avx512_vnni", False)]
+                                                if "avx512_vnni" in runtime.available_isas() else [])
+            for level, emu in levels:
+                (runtime.set_isa_emulated if emu else runtime.set_isa)(level)
+                assert F32(core.vec_dot(int(T.Q4_0), w, ab, n)) == lanes, (level, emu)
+        finally:
+            (runtime.set_isa_emulated if emulated else runtime.set_isa)(before)

@@ -185,3 +185,28 @@ def test_pack_errors():
         pw.gemm(1, np.zeros((1, 34), np.uint8))
     with pytest.raises(ValueError, match="n_x"):
         pw.gemm(0, np.zeros((1, 36), np.uint8))
+
+
+@pytest.mark.parametrize("K", (4096, 4160))   # one transposed chunk of 128 blocks; 128 + 2
+def test_q4_0_repacked_order_long_rows(isa_level, K, rng):
+    """The avx2 Q4_0 prefill (gemm_q4_0_q8_0_x8_avx2) transposes rows of up to 128 blocks once per
+    call and longer ones chunk by chunk once per 64 tokens: every output still has vec_dot's bits,
+    for token counts below, at and past 64 and every n_rows of a two-group call."""
+    t = T.Q4_0
+    R = core.pack_rows(int(t))
+    M = 2 * R + 3
+    w = random_rows(t, K, M, rng)
+    x = random_act(T.Q8_0, K, 70, rng)
+    ref = np.array([[core.vec_dot(int(t), w[m], x[j], K) for m in range(M)] for j in range(70)],
+                   dtype=np.float32)
+    pw = core.pack_weight(w, int(t), K, M)
+    G = pw.gemm_groups()
+    for n_x in (1, 5, 64, 70):
+        for g in range(0, pw.n_groups, G):
+            for n_rows in sorted({1, R + 1, min(G * R, M - g * R)}):
+                if n_rows > min(G * R, M - g * R) or (n_rows > R and G < 2):
+                    continue
+                y = pw.gemm(g, x[:n_x], n_rows)
+                np.testing.assert_array_equal(y.view(np.uint32), ref[:n_x, g * R:g * R + n_rows].view(np.uint32),
+                                              err_msg=f"{core.kernel_names()['gemm']['Q4_0']} K={K} n_x={n_x} "
+                                                      f"g={g} n_rows={n_rows}")

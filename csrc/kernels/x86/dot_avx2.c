@@ -141,7 +141,25 @@ void llmrt_attn_dot_f16_avx2(int n, float *s, const void *vx, const void *vy) {
 
 /* ---- 32-element blocks ------------------------------------------------------------------------- */
 
+/* Q4_0 in llama.cpp's repacked order (its q4_0_8x8 gemv / gemm on AVX2, which it runs for every
+ * batch size; gemm_avx2.c): per block the whole integer Σ (q - 8)·y, then
+ * acc = fma(f32(isum), f32(d_x)·f32(d_y), acc) in block order; the result is acc. */
 static void vec_dot_q4_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_0 *x = vx; /* (nb) */
+    const block_q8_0 *y = vy; /* (nb) */
+    const int nb = n / QK4_0;
+    float acc = 0.0f;
+    for (int ib = 0; ib < nb; ib++) {
+        const __m256i qx = unpack_nibbles_32(x[ib].qs); /* q in 0..15, value q - 8 */
+        const int isum = hsum_i32(dot_offset_u8_i8(qx, _mm256_set1_epi8(8), loadu256(y[ib].qs))); /* exact */
+        acc = fmaf((float)isum, f16(x[ib].d) * f16(y[ib].d), acc);
+    }
+    *s = acc;
+}
+
+/* ggml's plain vec_dot_q4_0_q8_0 (its order without repacking: 8 i32 lanes per block, fma'd in f32
+ * lanes, hsum at the end), the dot the avx512_vnni level's Q4_0 kernels reproduce */
+void llmrt_vec_dot_q4_0_q8_0_lanes_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q4_0 *x = vx; /* (nb) */
     const block_q8_0 *y = vy; /* (nb) */
     const int nb = n / QK4_0;

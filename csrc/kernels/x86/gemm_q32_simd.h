@@ -62,5 +62,8 @@ GEMM_Q32_AVX2_PROTO(q8_0)
 GEMM_Q32_AVX2_PROTO(iq4_nl)
 GEMM_Q32_AVX2_PROTO(q8a)
 #undef GEMM_Q32_AVX2_PROTO
+/* dot_avx2.c: the vec_dot whose bits llmrt_gemm_q4_0_avx2 (and the levels above) give; the avx2
+ * level itself registers Q4_0's repacked order (gemm_q4_0_q8_0_x8_avx2, vec_dot_q4_0_q8_0_avx2) */
+void llmrt_vec_dot_q4_0_q8_0_lanes_avx2(int n, float *s, const void *vx, const void *vy);
 
 #endif /* LLMRT_KERNELS_X86_GEMM_Q32_SIMD_H */
