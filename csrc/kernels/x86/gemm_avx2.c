@@ -6,7 +6,9 @@
  * Bit-exact with dot_avx2.c's vec_dot for every (row, token): per block the same exact integer
  * sums in the same 8 i32 lanes (lane k = elements 4k..4k+3), converted to f32 and accumulated with
  * fma(d_x·d_y, lanes, acc) in block order, then the same horizontal sum (and Q4_1/Q5_1's Σ m·s
- * chain, fused as vec_dot's). Only the work is shared:
+ * chain, fused as vec_dot's). Q4_0 is the exception: the level registers llama.cpp's repacked
+ * order for it (gemm_q4_0_q8_0_x8_avx2, below: one f32 fma per whole block), and the lane-order
+ * kernel here stays for the avx512_vnni level (llmrt_gemm_q4_0_avx2). Only the work is shared:
  *   - a tile is 4 rows x NT tokens of __m256 accumulators; each row's quants are unpacked once
  *     per block (one aligned 32-byte load gives two rows' nibbles) and used by NT tokens, each
  *     token's activation block is loaded once and used by 4 rows;
