@@ -99,12 +99,12 @@ def test_gemm_partial_rows(isa_level, t, rng):
 
 
 def assert_calls_of_several_groups(pw, x, ref, R, M, n_xs, what):
-    """Calls of gemm_groups() = G groups from group 0, 1 and the last G (n_rows R + 1, G·R - 1 and
+    """Calls of gemm_groups() = G groups from group 0, 1 and the last G (n_rows 1, R + 1, G·R - 1 and
     all real rows, n_x in n_xs) give ref[token, row] bit for bit (zero past the real rows)."""
     G = pw.gemm_groups()
     for g in (0, 1, pw.n_groups - G):
         real = min(G * R, M - g * R)
-        for n_rows in sorted({R + 1, G * R - 1, real}):
+        for n_rows in sorted({1, R + 1, G * R - 1, real}):
             if n_rows > G * R or g + -(-n_rows // R) > pw.n_groups:
                 continue
             for n_x in n_xs:
@@ -191,22 +191,13 @@ def test_pack_errors():
 def test_q4_0_repacked_order_long_rows(isa_level, K, rng):
     """The avx2 Q4_0 prefill (gemm_q4_0_q8_0_x8_avx2) transposes rows of up to 128 blocks once per
     call and longer ones chunk by chunk once per 64 tokens: every output still has vec_dot's bits,
-    for token counts below, at and past 64 and every n_rows of a two-group call."""
+    for token counts below, at and past 64 and every n_rows of a call."""
     t = T.Q4_0
     R = core.pack_rows(int(t))
-    M = 2 * R + 3
+    M = 3 * R + 1                                   # groups 0..2 full, group 3 one real row
     w = random_rows(t, K, M, rng)
     x = random_act(T.Q8_0, K, 70, rng)
     ref = np.array([[core.vec_dot(int(t), w[m], x[j], K) for m in range(M)] for j in range(70)],
                    dtype=np.float32)
     pw = core.pack_weight(w, int(t), K, M)
-    G = pw.gemm_groups()
-    for n_x in (1, 5, 64, 70):
-        for g in range(0, pw.n_groups, G):
-            for n_rows in sorted({1, R + 1, min(G * R, M - g * R)}):
-                if n_rows > min(G * R, M - g * R) or (n_rows > R and G < 2):
-                    continue
-                y = pw.gemm(g, x[:n_x], n_rows)
-                np.testing.assert_array_equal(y.view(np.uint32), ref[:n_x, g * R:g * R + n_rows].view(np.uint32),
-                                              err_msg=f"{core.kernel_names()['gemm']['Q4_0']} K={K} n_x={n_x} "
-                                                      f"g={g} n_rows={n_rows}")
+    assert_calls_of_several_groups(pw, x, ref, R, M, (1, 5, 64, 70), f"{core.kernel_names()['gemm']['Q4_0']} K={K}")

@@ -520,17 +520,19 @@ static void gemm_q4_0_q8_0_x8_avx2(int64_t K, const void *group, int n_rows, con
     }
 }
 
+/* for the avx512_vnni level, which reproduces these bits (gemm_q32_w.inc) */
+#define Q32_GEMM_EXPORT(T, t)                                                                       \
+    void llmrt_gemm_##t##_avx2(int64_t K, const void *group, int n_rows, const void *x,              \
+                               size_t x_stride, int n_x, float *y, int64_t y_stride) {              \
+        gemm_q32_avx2(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);             \
+    }
 #define Q32_GEMM(T, t, tx)                                                                          \
     static void gemm_##t##_##tx##_avx2(int64_t K, const void *group, int n_rows, const void *x,     \
                                        size_t x_stride, int n_x, float *y, int64_t y_stride) {      \
         gemm_q32_avx2(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);             \
     }                                                                                               \
-    /* for the avx512_vnni level, which reproduces these bits (gemm_q32_w.inc) */                    \
-    void llmrt_gemm_##t##_avx2(int64_t K, const void *group, int n_rows, const void *x,              \
-                               size_t x_stride, int n_x, float *y, int64_t y_stride) {              \
-        gemm_q32_avx2(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);             \
-    }
-Q32_GEMM(Q4_0, q4_0, q8_0)
+    Q32_GEMM_EXPORT(T, t)
+Q32_GEMM_EXPORT(Q4_0, q4_0) /* this level registers gemm_q4_0_q8_0_x8_avx2 (llama.cpp's repacked order) */
 Q32_GEMM(Q4_1, q4_1, q8_1)
 Q32_GEMM(Q5_0, q5_0, q8_0)
 Q32_GEMM(Q5_1, q5_1, q8_1)
@@ -543,8 +545,8 @@ Q32_GEMM(WQ_Q8A, q8a, q8_1)
 void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt) {
 #if defined(__x86_64__)
 #define REG(T, fn) do { kt->gemm[LLMRT_TYPE_##T] = fn; kt->gemm_name[LLMRT_TYPE_##T] = #fn; kt->gemm_groups[LLMRT_TYPE_##T] = 1; } while (0)
-    REG(Q4_0, gemm_q4_0_q8_0_x8_avx2); /* llama.cpp's repacked order; gemm_q4_0_q8_0_avx2 (vec_dot's lanes) is
-                                         * the avx512_vnni level's fallback, llmrt_gemm_q4_0_avx2 */
+    REG(Q4_0, gemm_q4_0_q8_0_x8_avx2); /* llama.cpp's repacked order; the lane order (llmrt_gemm_q4_0_avx2)
+                                         * is the avx512_vnni level's fallback */
     REG(Q4_1, gemm_q4_1_q8_1_avx2);
     REG(Q5_0, gemm_q5_0_q8_0_avx2);
     REG(Q5_1, gemm_q5_1_q8_1_avx2);
