@@ -763,9 +763,10 @@ def test_avx2_float_dot_is_tinyblas_order(t, n):
         assert got == want, (t.name, n, got, want)
 
 
-def ggml_repacked_dot_q4_0(dx, qx, dy, qy):
-    """Q4_0 x Q8_0 as llama.cpp runs it on AVX2 (its q4_0_8x8 repack, every batch size): per block
-    the whole integer sum, acc = fma(isum, dx·dy, acc) in one f32 chain, no hsum."""
+def ggml_repacked_dot(dx, qx, dy, qy):
+    """Q4_0 / IQ4_NL x Q8_0 as llama.cpp runs them on AVX2 and AVX-512 (its q4_0_8x8 / iq4_nl_8x8
+    repack, every batch size): per block the whole integer sum, acc = fma(isum, dx·dy, acc) in one
+    f32 chain, no hsum."""
     acc = F32(0)
     for ib in range(qx.shape[0]):
         isum = int((qx[ib] * qy[ib]).sum())
@@ -773,29 +774,34 @@ def ggml_repacked_dot_q4_0(dx, qx, dy, qy):
     return F32(acc)
 
 
+@pytest.mark.parametrize("t", (T.Q4_0, T.IQ4_NL), ids=lambda v: v.name)
 @pytest.mark.parametrize("n", (32, 7 * 32, 24 * 32, 128 * 32))
-def test_q4_0_dot_orders(n):
-    """avx2: vec_dot[Q4_0] is llama.cpp's repacked order (the avx2 packed kernels give its bits,
-    tests/test_gemm.py); avx512_vnni (emulated here, real where the CPU has it): ggml's plain
-    vec_dot order, the one its 16-lane kernels reproduce."""
+def test_repacked_dot_order(t, n):
+    """vec_dot[Q4_0] and vec_dot[IQ4_NL] are llama.cpp's repacked order at avx2 and at avx512_vnni
+    (emulated here, real where the CPU has it); the packed kernels of both levels give the same bits
+    (tests/test_gemm.py, test_gemm_kquants.py)."""
     if ISA_LEVELS.index("avx2") > ISA_LEVELS.index(core.isa_max_supported()):
         pytest.skip("CPU lacks avx2")
     from llmrt import runtime
     from conftest import use_isa
-    rng = np.random.default_rng(4000 + n)
-    for _ in range(3):
-        w = random_weights(T.Q4_0, n, rng)
-        ab = quantize_act(T.Q8_0, random_activations(n, rng))
-        qa, sa, _ = act_values(T.Q8_0, ab)
-        qa, dy = qa.reshape(-1, 32), sa.reshape(-1, 32)[:, 0]
-        parts = unpack(T.Q4_0, w)
-        qx, dx = parts[0][0], parts[0][2][:, 0]
-        assert F32(dot_at("avx2", T.Q4_0, w, ab, n)) == ggml_repacked_dot_q4_0(dx, qx, dy, qa)
-        lanes = ggml_dot_q8_0_like(dx, qx, dy, qa)
-        before, emulated = runtime.isa(), runtime.isa_emulated()
-        try:
-            for level in ["avx512_vnni-emu"] + (["avx512_vnni"] if "avx512_vnni" in runtime.available_isas() else []):
+    rng = np.random.default_rng(4000 + n + int(t))
+    levels = ["avx2", "avx512_vnni-emu"] + (["avx512_vnni"] if "avx512_vnni" in runtime.available_isas() else [])
+    before, emulated = runtime.isa(), runtime.isa_emulated()
+    differ = 0
+    try:
+        for _ in range(3):
+            w = random_weights(t, n, rng)
+            ab = quantize_act(T.Q8_0, random_activations(n, rng))
+            qa, sa, _ = act_values(T.Q8_0, ab)
+            qa, dy = qa.reshape(-1, 32), sa.reshape(-1, 32)[:, 0]
+            parts = unpack(t, w)
+            qx, dx = parts[0][0], parts[0][2][:, 0]
+            want = ggml_repacked_dot(dx, qx, dy, qa)
+            differ += want != ggml_dot_q8_0_like(dx, qx, dy, qa)
+            for level in levels:
                 use_isa(level)
-                assert F32(core.vec_dot(int(T.Q4_0), w, ab, n)) == lanes, level
-        finally:
-            (runtime.set_isa_emulated if emulated else runtime.set_isa)(before)
+                assert F32(core.vec_dot(int(t), w, ab, n)) == want, level
+    finally:
+        (runtime.set_isa_emulated if emulated else runtime.set_isa)(before)
+    if n >= 24 * 32:
+        assert differ, "the repacked and the plain order should round differently somewhere"

@@ -187,12 +187,12 @@ def test_pack_errors():
         pw.gemm(0, np.zeros((1, 36), np.uint8))
 
 
+@pytest.mark.parametrize("t", (T.Q4_0, T.IQ4_NL), ids=lambda v: v.name)
 @pytest.mark.parametrize("K", (4096, 4160))   # one transposed chunk of 128 blocks; 128 + 2
-def test_q4_0_repacked_order_long_rows(isa_level, K, rng):
-    """The avx2 Q4_0 prefill (gemm_q4_0_q8_0_x8_avx2) transposes rows of up to 128 blocks once per
-    call and longer ones chunk by chunk once per 64 tokens: every output still has vec_dot's bits,
-    for token counts below, at and past 64 and every n_rows of a call."""
-    t = T.Q4_0
+def test_repacked_order_long_rows(isa_level, t, K, rng):
+    """The avx2 Q4_0 / IQ4_NL prefill (gemm_avx2.c's gemm_x8_avx2) transposes rows of up to 128
+    blocks once per call and longer ones chunk by chunk once per 64 tokens: every output still has
+    vec_dot's bits, for token counts below, at and past 64 and every n_rows of a call."""
     R = core.pack_rows(int(t))
     M = 3 * R + 1                                   # groups 0..2 full, group 3 one real row
     w = random_rows(t, K, M, rng)
@@ -200,4 +200,4 @@ def test_q4_0_repacked_order_long_rows(isa_level, K, rng):
     ref = np.array([[core.vec_dot(int(t), w[m], x[j], K) for m in range(M)] for j in range(70)],
                    dtype=np.float32)
     pw = core.pack_weight(w, int(t), K, M)
-    assert_calls_of_several_groups(pw, x, ref, R, M, (1, 5, 64, 70), f"{core.kernel_names()['gemm']['Q4_0']} K={K}")
+    assert_calls_of_several_groups(pw, x, ref, R, M, (1, 5, 64, 70), f"{core.kernel_names()['gemm'][t.name]} K={K}")

@@ -307,10 +307,8 @@ def test_avx512_vnni_gemm_gives_the_avx2_bits(t, rng):
     """The avx512_vnni level's 16-lane prefill kernels (gemm_q32_w.inc, gemm_kq_w.inc) reproduce the
     AVX2 kernels' order: at that level, real where the CPU has it and emulated (simdw.h's AVX2
     backend) everywhere, every output of every call equals the AVX2 level's bit for bit, for decode
-    and prefill token counts and a last call of fewer groups. Q4_0 is the exception: the avx2 level
-    runs llama.cpp's repacked order (gemm_q4_0_q8_0_x8_avx2), the avx512_vnni kernels ggml's plain
-    vec_dot order, so there the reference is the avx512_vnni level's own vec_dot (those lanes,
-    test_dot.py checks them against a numpy statement), one (row, token) at a time."""
+    and prefill token counts and a last call of fewer groups (Q4_0 and IQ4_NL in llama.cpp's repacked
+    order at both levels; test_dot.py checks it against a numpy statement)."""
     from conftest import skip_unless_isa, use_isa
     skip_unless_isa("avx2")
     k = 512 if t in KQUANTS else 416
@@ -326,13 +324,6 @@ def test_avx512_vnni_gemm_gives_the_avx2_bits(t, rng):
             use_isa(level)
             pw = core.pack_weight(w, int(t), k, M)
             outs[level] = np.concatenate([_gemm_calls(pw, a[:n], M) for n in (1, 3, 70)])
-            if t == T.Q4_0 and level == "avx512_vnni-emu":
-                assert core.kernel_names()["vec_dot"]["Q4_0"] == "vec_dot_q4_0_q8_0_lanes_avx2"
-                dots = np.array([[core.vec_dot(int(t), w[r], a[j], k) for r in range(M)] for j in range(70)],
-                                np.float32)
-                outs["ref"] = np.concatenate([dots[:n] for n in (1, 3, 70)])
-        if t == T.Q4_0:
-            outs["avx2"] = outs.pop("ref")
         for level, y in outs.items():
             assert np.isfinite(y).all()
             np.testing.assert_array_equal(y.view(np.uint32), outs["avx2"].view(np.uint32), err_msg=level)

@@ -19,8 +19,10 @@
  * Bit-exactness with llama.cpp: the kernels ggml runs for a single token (vec_dot at n_batch = 1)
  * are reproduced in ggml's exact f32 order: the same integer lane partition (lane k of a block's
  * 8 i32 sums holds elements 4k..4k+3), one accumulator chain in block order, ggml's hsum, and the
- * scalar FMAs that ggml's -march=native build contracts (e.g. Q4_1's Σ m·s). The float types
- * take ggml's prefill order instead (tinyBLAS, one chain), which their packed GEMM can tile.
+ * scalar FMAs that ggml's -march=native build contracts (e.g. Q4_1's Σ m·s). Q4_0, IQ4_NL and
+ * Q4_K take the order of the repacked kernels llama.cpp runs for them on AVX2 at every batch size
+ * (whole-block integer sums, one f32 fma per block); the float types ggml's prefill order (tinyBLAS,
+ * one chain), which their packed GEMM can tile.
  */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
@@ -157,22 +159,6 @@ static void vec_dot_q4_0_q8_0_avx2(int n, float *s, const void *vx, const void *
     *s = acc;
 }
 
-/* ggml's plain vec_dot_q4_0_q8_0 (its order without repacking: 8 i32 lanes per block, fma'd in f32
- * lanes, hsum at the end), the dot the avx512_vnni level's Q4_0 kernels reproduce */
-void llmrt_vec_dot_q4_0_q8_0_lanes_avx2(int n, float *s, const void *vx, const void *vy) {
-    const block_q4_0 *x = vx; /* (nb) */
-    const block_q8_0 *y = vy; /* (nb) */
-    const int nb = n / QK4_0;
-    __m256 acc = _mm256_setzero_ps();
-    for (int ib = 0; ib < nb; ib++) {
-        const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
-        const __m256i qx = unpack_nibbles_32(x[ib].qs); /* q in 0..15, value q - 8 */
-        const __m256i qy = loadu256(y[ib].qs);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_offset_u8_i8(qx, _mm256_set1_epi8(8), qy)), acc);
-    }
-    *s = hsum_ps(acc);
-}
-
 static void vec_dot_q4_1_q8_1_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q4_1 *x = vx; /* (nb) */
     const block_q8_1 *y = vy; /* (nb) */
@@ -241,19 +227,20 @@ static inline __m256i iq4nl_table(void) {
     return _mm256_broadcastsi128_si256(loadu128(kvalues_iq4nl));
 }
 
+/* IQ4_NL in llama.cpp's repacked order (iq4_nl_8x8, the q4_0_8x8 template with the level table):
+ * per block the whole integer Σ level·y, acc = fma(f32(isum), f32(d_x)·f32(d_y), acc) */
 static void vec_dot_iq4_nl_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_iq4_nl *x = vx; /* (nb) */
     const block_q8_0 *y = vy;   /* (nb) */
     const int nb = n / QK4_NL;
     const __m256i table = iq4nl_table();
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0.0f;
     for (int ib = 0; ib < nb; ib++) {
-        const __m256 d = _mm256_set1_ps(f16(y[ib].d) * f16(x[ib].d));
         const __m256i qx = _mm256_shuffle_epi8(table, unpack_nibbles_32(x[ib].qs));
-        const __m256i qy = loadu256(y[ib].qs);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(qx, qy)), acc);
+        const int isum = hsum_i32(dot_i8_i8(qx, loadu256(y[ib].qs))); /* exact */
+        acc = fmaf((float)isum, f16(x[ib].d) * f16(y[ib].d), acc);
     }
-    *s = hsum_ps(acc);
+    *s = acc;
 }
 
 /* ---- 256-element super-blocks (activations Q8_K) ------------------------------------------------ */

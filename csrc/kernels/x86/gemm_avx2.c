@@ -6,9 +6,9 @@
  * Bit-exact with dot_avx2.c's vec_dot for every (row, token): per block the same exact integer
  * sums in the same 8 i32 lanes (lane k = elements 4k..4k+3), converted to f32 and accumulated with
  * fma(d_x·d_y, lanes, acc) in block order, then the same horizontal sum (and Q4_1/Q5_1's Σ m·s
- * chain, fused as vec_dot's). Q4_0 is the exception: the level registers llama.cpp's repacked
- * order for it (gemm_q4_0_q8_0_x8_avx2, below: one f32 fma per whole block), and the lane-order
- * kernel here stays for the avx512_vnni level (llmrt_gemm_q4_0_avx2). Only the work is shared:
+ * chain, fused as vec_dot's). Q4_0 and IQ4_NL are the exception: for them the level registers
+ * llama.cpp's repacked order (gemm_q4_0_q8_0_x8_avx2 / gemm_iq4_nl_q8_0_x8_avx2, below: one f32 fma
+ * per whole block), as their vec_dots do. For the lane-order types only the work is shared:
  *   - a tile is 4 rows x NT tokens of __m256 accumulators; each row's quants are unpacked once
  *     per block (one aligned 32-byte load gives two rows' nibbles) and used by NT tokens, each
  *     token's activation block is loaded once and used by 4 rows;
@@ -20,8 +20,8 @@
  *     lanes: the same exact integers as vec_dot's maddubs(q, y) - maddubs(off, y) (every i16
  *     value fits, nothing saturates).
  * WQ_Q8A is Q8_0's quants with Q4_1's Σ m·s chain (m + 128 d, as wq_avx2.c's vec_dot).
- * IQ4_NL is Q8_0 once its nibbles are looked up (vpshufb of kvalues_iq4nl): the sign trick on the
- * int8 levels, as vec_dot_iq4_nl_q8_0_avx2 (d_y·d_x equals d_x·d_y).
+ * (gemm_q32_avx2 still takes Q4_0 and IQ4_NL by type, IQ4_NL as Q8_0 once its nibbles are looked
+ * up, but the level does not register it for them.)
  * n_x = 1 is the decode GEMV (a tile of one token streams the group once); n_x > 1 tiles tokens
  * by GEMM_NT, the rest by smaller tiles; for Q4_0/Q4_1/Q5_0/Q5_1 the group is first unpacked to
  * bytes once per call (tile_q32u, below), and a call of two groups (gemm_groups = 2, what MUL_MAT
@@ -361,23 +361,26 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
     gemm_q32_1(type, nb, g + gb, n_rows - Q32_R, xb, x_stride, n_x, y + Q32_R, y_stride);
 }
 
-/* ---- Q4_0 in llama.cpp's repacked order ------------------------------------------------------------
- * On AVX2 (and AVX-512) llama.cpp repacks Q4_0 weights at load (CPU_REPACK, q4_0_8x8) and runs
- * ggml_gemv / ggml_gemm_q4_0_8x8_q8_0 for every batch size: per (row, 32-block) the whole block's
- * integer Σ (q - 8)·y, then acc = fma(f32(isum), f32(d_w)·f32(d_y), acc) in block order, one f32
- * accumulator per (row, token), no horizontal sum. dot_avx2.c's vec_dot_q4_0_q8_0_avx2 and these
- * kernels give that, bit for bit with each other (the integers are exact whatever their order).
- * A call holds up to two groups (8 rows, gemm_groups = 2), rows in the 8 lanes of a vector:
+/* ---- Q4_0 and IQ4_NL in llama.cpp's repacked order -------------------------------------------------
+ * On AVX2 (and AVX-512) llama.cpp repacks Q4_0 and IQ4_NL weights at load (CPU_REPACK, q4_0_8x8 /
+ * iq4_nl_8x8, one template for both) and runs ggml_gemv / ggml_gemm_<type>_8x8_q8_0 for every batch
+ * size: per (row, 32-block) the whole block's integer Σ w·y (w = q - 8, or IQ4_NL's level), then
+ * acc = fma(f32(isum), f32(d_w)·f32(d_y), acc) in block order, one f32 accumulator per (row, token),
+ * no horizontal sum. dot_avx2.c's vec_dots and these kernels give that, bit for bit with each other
+ * (the integers are exact whatever their order). A call holds up to two groups (8 rows,
+ * gemm_groups = 2), rows in the 8 lanes of a vector:
  *   - n_x <= SMALL_NX (decode, a batched decode step): per token, group and block, each row's 8 i32
- *     lanes of maddubs(q, y) - maddubs(8, y) (tile_q32's integers), summed per row by a hadd tree
- *     into the 4 rows' isums;
- *   - prefill: the block's quants transposed once per call (lane r of vector c = row r's quants
- *     4c..4c+3) as q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for
- *     Q4B_NT tokens; per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, q - 8) summed in i16
- *     (|Σ| <= 16·255·8 = 32640: no wrap, no saturation), one madd to i32, minus 128·Σ(q - 8) of each
- *     row (made at the transpose), cvt, fma with the 8 rows' d_w times d_y. Per 256 multiply-adds
- *     9 multiplies instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone copy: 76 vs 44 G/s). */
-#define Q4B_NT 4    /* tokens per prefill tile (4 accumulators, 4 i16 sums) */
+ *     lanes (Q4_0: maddubs(q, y) - maddubs(8, y); IQ4_NL: the sign trick on the levels), summed per
+ *     row by a hadd tree into the 4 rows' isums;
+ *   - prefill: the block's quants transposed once per call (lane r of vector c = row r's weights
+ *     4c..4c+3) as int8 w. Q4_0: w = q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80:
+ *     unsigned) for Q4B_NT tokens; per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed
+ *     in i16 (|Σ| <= 16·255·8 = 32640: no wrap, no saturation), one madd to i32, minus 128·Σw of each
+ *     row (made at the transpose). IQ4_NL (levels up to 127: a pair of (y + 128)·w could saturate):
+ *     the activations as they are, per 4 elements maddubs(|w|, sign(y, w)) (|pair| <= 2·127·127) and
+ *     a madd into i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9 multiplies per 256
+ *     multiply-adds instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone copy: 76 vs 44 G/s). */
+#define Q4B_NT 4    /* tokens per prefill tile (4 accumulators, 4 integer sums) */
 #define Q4B_CB 128  /* blocks per transposed chunk (K <= 4096 in one) */
 #define Q4B_TT 64   /* tokens per pass over a longer row's chunks (each chunk transposed once per pass) */
 
@@ -388,16 +391,19 @@ static ALWAYS_INLINE __m256 q4b_d8(const uint8_t *g0, const uint8_t *g1, int64_t
     return _mm256_set_m128(d1, d0);
 }
 
-/* block ib's quants of the 8 rows (unsigned 0..15; rows 4..7 zero without a second group) */
-static ALWAYS_INLINE void q4b_quants(int64_t nb, const uint8_t *g0, const uint8_t *g1, int64_t ib, __m256i w[8]) {
-    q32_block_quants(LLMRT_TYPE_Q4_0, nb, g0, ib, w);
-    if (g1) q32_block_quants(LLMRT_TYPE_Q4_0, nb, g1, ib, w + 4);
+/* block ib's quants of the 8 rows (Q4_0 unsigned 0..15, IQ4_NL the int8 levels; rows 4..7 zero
+ * without a second group) */
+static ALWAYS_INLINE void q4b_quants(const int type, int64_t nb, const uint8_t *g0, const uint8_t *g1, int64_t ib,
+                                     __m256i w[8]) {
+    q32_block_quants(type, nb, g0, ib, w);
+    if (g1) q32_block_quants(type, nb, g1, ib, w + 4);
     else w[4] = w[5] = w[6] = w[7] = _mm256_setzero_si256();
 }
 
 /* one token, one group (4 rows): y[r] for r < n_rows (groups are streamed one after the other, as
  * tile_q32 does: two groups at once measured 40 % slower end to end, decode from DRAM) */
-static ALWAYS_INLINE void q4b_gemv4(int64_t nb, const uint8_t *g, const uint8_t *x, float *y, int n_rows) {
+static ALWAYS_INLINE void q4b_gemv4(const int type, int64_t nb, const uint8_t *g, const uint8_t *x, float *y,
+                                    int n_rows) {
     const __m256i ones = _mm256_set1_epi16(1), off = _mm256_set1_epi8(8);
     const size_t pfs = 4 * 2 + 4 * 16; /* the group's bytes per block (d, nibbles) */
     __m128 acc = _mm_setzero_ps();
@@ -408,11 +414,15 @@ static ALWAYS_INLINE void q4b_gemv4(int64_t nb, const uint8_t *g, const uint8_t 
         _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
         const block_q8_0 *yb = (const block_q8_0 *)(x + (size_t)ib * sizeof(block_q8_0));
         const __m256i yq = loadu256(yb->qs);
-        const __m256i yo = _mm256_maddubs_epi16(off, yq);
         __m256i w[4], p[4];
-        q32_block_quants(LLMRT_TYPE_Q4_0, nb, g, ib, w);
-        for (int r = 0; r < 4; r++) p[r] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(w[r], yq), yo), ones);
-        /* Σ of each row's 8 lanes, row r in lane r (exact: i32 adds of values < 2^15) */
+        q32_block_quants(type, nb, g, ib, w);
+        if (type == LLMRT_TYPE_Q4_0) {
+            const __m256i yo = _mm256_maddubs_epi16(off, yq);
+            for (int r = 0; r < 4; r++) p[r] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(w[r], yq), yo), ones);
+        } else {
+            for (int r = 0; r < 4; r++) p[r] = dot_i8_i8(w[r], yq);
+        }
+        /* Σ of each row's 8 lanes, row r in lane r (exact: i32 adds of values < 2^17) */
         const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
         const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
         const __m128 d = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + ib * 8))), _mm_set1_ps(f16(yb->d)));
@@ -423,78 +433,95 @@ static ALWAYS_INLINE void q4b_gemv4(int64_t nb, const uint8_t *g, const uint8_t 
     for (int r = 0; r < n_rows; r++) y[r] = out[r];
 }
 
-/* blocks [ib0, ib0 + cb) of the 8 rows transposed (wt[b * 8 + c]: lane r = row r's q - 8 of elements
- * 4c..4c+3), 128·Σ(q - 8) per row (corr[b]) and the rows' d (d8[b]) */
-static ALWAYS_INLINE void q4b_unpack(int64_t nb, const uint8_t *g0, const uint8_t *g1, int64_t ib0, int cb,
-                                     __m256i *wt, __m256i *corr, __m256 *d8) {
+/* blocks [ib0, ib0 + cb) of the 8 rows transposed (wt[b * 8 + c]: lane r = row r's int8 weights of
+ * elements 4c..4c+3), Q4_0's 128·Σ(q - 8) per row (corr[b]) and the rows' d (d8[b]) */
+static ALWAYS_INLINE void q4b_unpack(const int type, int64_t nb, const uint8_t *g0, const uint8_t *g1, int64_t ib0,
+                                     int cb, __m256i *wt, __m256i *corr, __m256 *d8) {
     const __m256i off = _mm256_set1_epi8(8), one8 = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
     for (int b = 0; b < cb; b++) {
         __m256i w[8];
-        q4b_quants(nb, g0, g1, ib0 + b, w);
+        q4b_quants(type, nb, g0, g1, ib0 + b, w);
         transpose8_epi32(w, wt + 8 * b);
-        __m256i s16 = _mm256_setzero_si256();
-        for (int c = 0; c < 8; c++) {
-            wt[8 * b + c] = _mm256_sub_epi8(wt[8 * b + c], off);
-            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(one8, wt[8 * b + c]));
+        if (type == LLMRT_TYPE_Q4_0) {
+            __m256i s16 = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                wt[8 * b + c] = _mm256_sub_epi8(wt[8 * b + c], off);
+                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(one8, wt[8 * b + c]));
+            }
+            corr[b] = _mm256_slli_epi32(_mm256_madd_epi16(s16, ones), 7);
         }
-        corr[b] = _mm256_slli_epi32(_mm256_madd_epi16(s16, ones), 7);
         d8[b] = q4b_d8(g0, g1, ib0 + b);
     }
 }
 
 /* NT tokens (staged in ya / dy) x the 8 rows over cb transposed blocks, into acc[0..NT) */
-static ALWAYS_INLINE void q4b_tile(const int NT, int cb, const __m256i *wt, const __m256i *corr, const __m256 *d8,
-                                   const uint8_t (*ya)[Q4B_CB * 32], const float (*dy)[Q4B_CB], __m256 *acc) {
+static ALWAYS_INLINE void q4b_tile(const int type, const int NT, int cb, const __m256i *wt, const __m256i *corr,
+                                   const __m256 *d8, const uint8_t (*ya)[Q4B_CB * 32], const float (*dy)[Q4B_CB],
+                                   __m256 *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 a[Q4B_NT];
     for (int t = 0; t < NT; t++) a[t] = acc[t];
     for (int b = 0; b < cb; b++) {
-        __m256i s16[Q4B_NT];
-        for (int t = 0; t < NT; t++) s16[t] = _mm256_setzero_si256();
-        for (int c = 0; c < 8; c++) {
-            const __m256i w = _mm256_load_si256(&wt[8 * b + c]);
-            for (int t = 0; t < NT; t++) {
-                int32_t y4;
-                memcpy(&y4, ya[t] + 32 * b + 4 * c, 4);
-                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(_mm256_set1_epi32(y4), w));
+        __m256i isum[Q4B_NT];
+        if (type == LLMRT_TYPE_Q4_0) {
+            __m256i s16[Q4B_NT];
+            for (int t = 0; t < NT; t++) s16[t] = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                const __m256i w = _mm256_load_si256(&wt[8 * b + c]);
+                for (int t = 0; t < NT; t++) {
+                    int32_t y4;
+                    memcpy(&y4, ya[t] + 32 * b + 4 * c, 4);
+                    s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(_mm256_set1_epi32(y4), w));
+                }
+            }
+            for (int t = 0; t < NT; t++) isum[t] = _mm256_sub_epi32(_mm256_madd_epi16(s16[t], ones), corr[b]);
+        } else {
+            for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                const __m256i w = _mm256_load_si256(&wt[8 * b + c]);
+                const __m256i aw = _mm256_sign_epi8(w, w);
+                for (int t = 0; t < NT; t++) {
+                    int32_t y4;
+                    memcpy(&y4, ya[t] + 32 * b + 4 * c, 4);
+                    const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(y4), w));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+                }
             }
         }
-        for (int t = 0; t < NT; t++) {
-            const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(s16[t], ones), corr[b]);
-            a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d8[b], _mm256_set1_ps(dy[t][b])), a[t]);
-        }
+        for (int t = 0; t < NT; t++)
+            a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d8[b], _mm256_set1_ps(dy[t][b])), a[t]);
     }
     for (int t = 0; t < NT; t++) acc[t] = a[t];
 }
 
-static void gemm_q4_0_q8_0_x8_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
-                                   float *y, int64_t y_stride) {
+static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *group, int n_rows, const void *x,
+                                       size_t x_stride, int n_x, float *y, int64_t y_stride) {
     const int64_t nb = K / 32;
     const uint8_t *g0 = (const uint8_t *)group;
-    const uint8_t *g1 = n_rows > Q32_R ? g0 + q32_group_bytes(LLMRT_TYPE_Q4_0, nb) : NULL;
+    const uint8_t *g1 = n_rows > Q32_R ? g0 + q32_group_bytes(type, nb) : NULL;
     const uint8_t *xb = (const uint8_t *)x;
     if (n_x <= SMALL_NX) {
         for (int j = 0; j < n_x; j++) {
             const uint8_t *xj = xb + (size_t)j * x_stride;
-            q4b_gemv4(nb, g0, xj, y + (int64_t)j * y_stride, n_rows < Q32_R ? n_rows : Q32_R);
-            if (g1) q4b_gemv4(nb, g1, xj, y + (int64_t)j * y_stride + Q32_R, n_rows - Q32_R);
+            q4b_gemv4(type, nb, g0, xj, y + (int64_t)j * y_stride, n_rows < Q32_R ? n_rows : Q32_R);
+            if (g1) q4b_gemv4(type, nb, g1, xj, y + (int64_t)j * y_stride + Q32_R, n_rows - Q32_R);
         }
         return;
     }
     _Alignas(32) __m256i wt[Q4B_CB * 8], corr[Q4B_CB];
     _Alignas(32) __m256 d8[Q4B_CB];
-    _Alignas(32) uint8_t ya[Q4B_NT][Q4B_CB * 32];   /* the tokens' y + 128 */
+    _Alignas(32) uint8_t ya[Q4B_NT][Q4B_CB * 32];   /* the tokens' y (Q4_0: y + 128) */
     float dy[Q4B_NT][Q4B_CB];
     const int once = nb <= Q4B_CB; /* else chunks of Q4B_CB blocks, each transposed once per Q4B_TT tokens */
-    if (once) q4b_unpack(nb, g0, g1, 0, (int)nb, wt, corr, d8);
-    const __m256i k80 = _mm256_set1_epi8((char)0x80);
+    if (once) q4b_unpack(type, nb, g0, g1, 0, (int)nb, wt, corr, d8);
+    const __m256i k80 = _mm256_set1_epi8(type == LLMRT_TYPE_Q4_0 ? (char)0x80 : 0);
     for (int t00 = 0; t00 < n_x; t00 += Q4B_TT) {
         const int ntt = n_x - t00 < Q4B_TT ? n_x - t00 : Q4B_TT;
         _Alignas(32) float accb[Q4B_TT][8];  /* the accumulators between chunks */
         memset(accb, 0, sizeof(accb));
         for (int64_t ib0 = 0; ib0 < nb; ib0 += Q4B_CB) {
             const int cb = nb - ib0 < Q4B_CB ? (int)(nb - ib0) : Q4B_CB;
-            if (!once) q4b_unpack(nb, g0, g1, ib0, cb, wt, corr, d8);
+            if (!once) q4b_unpack(type, nb, g0, g1, ib0, cb, wt, corr, d8);
             for (int t0 = 0; t0 < ntt; t0 += Q4B_NT) {
                 const int nt = ntt - t0 < Q4B_NT ? ntt - t0 : Q4B_NT;
                 __m256 acc[Q4B_NT];
@@ -507,10 +534,10 @@ static void gemm_q4_0_q8_0_x8_avx2(int64_t K, const void *group, int n_rows, con
                     acc[t] = _mm256_load_ps(accb[t0 + t]);
                 }
                 switch (nt) { /* a constant token count per tile: its sums and accumulators stay in registers */
-                case 4: q4b_tile(4, cb, wt, corr, d8, ya, dy, acc); break;
-                case 3: q4b_tile(3, cb, wt, corr, d8, ya, dy, acc); break;
-                case 2: q4b_tile(2, cb, wt, corr, d8, ya, dy, acc); break;
-                default: q4b_tile(1, cb, wt, corr, d8, ya, dy, acc); break;
+                case 4: q4b_tile(type, 4, cb, wt, corr, d8, ya, dy, acc); break;
+                case 3: q4b_tile(type, 3, cb, wt, corr, d8, ya, dy, acc); break;
+                case 2: q4b_tile(type, 2, cb, wt, corr, d8, ya, dy, acc); break;
+                default: q4b_tile(type, 1, cb, wt, corr, d8, ya, dy, acc); break;
                 }
                 for (int t = 0; t < nt; t++) _mm256_store_ps(accb[t0 + t], acc[t]);
             }
@@ -520,24 +547,34 @@ static void gemm_q4_0_q8_0_x8_avx2(int64_t K, const void *group, int n_rows, con
     }
 }
 
+static void gemm_q4_0_q8_0_x8_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
+                                   float *y, int64_t y_stride) {
+    gemm_x8_avx2(LLMRT_TYPE_Q4_0, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+
+static void gemm_iq4_nl_q8_0_x8_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride,
+                                     int n_x, float *y, int64_t y_stride) {
+    gemm_x8_avx2(LLMRT_TYPE_IQ4_NL, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+}
+
 /* for the avx512_vnni level, which reproduces these bits (gemm_q32_w.inc) */
-#define Q32_GEMM_EXPORT(T, t)                                                                       \
+#define Q32_GEMM_EXPORT(t, fn)                                                                      \
     void llmrt_gemm_##t##_avx2(int64_t K, const void *group, int n_rows, const void *x,              \
                                size_t x_stride, int n_x, float *y, int64_t y_stride) {              \
-        gemm_q32_avx2(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);             \
+        fn(K, group, n_rows, x, x_stride, n_x, y, y_stride);                                        \
     }
 #define Q32_GEMM(T, t, tx)                                                                          \
     static void gemm_##t##_##tx##_avx2(int64_t K, const void *group, int n_rows, const void *x,     \
                                        size_t x_stride, int n_x, float *y, int64_t y_stride) {      \
         gemm_q32_avx2(LLMRT_TYPE_##T, K, group, n_rows, x, x_stride, n_x, y, y_stride);             \
     }                                                                                               \
-    Q32_GEMM_EXPORT(T, t)
-Q32_GEMM_EXPORT(Q4_0, q4_0) /* this level registers gemm_q4_0_q8_0_x8_avx2 (llama.cpp's repacked order) */
+    Q32_GEMM_EXPORT(t, gemm_##t##_##tx##_avx2)
+Q32_GEMM_EXPORT(q4_0, gemm_q4_0_q8_0_x8_avx2)     /* llama.cpp's repacked order */
+Q32_GEMM_EXPORT(iq4_nl, gemm_iq4_nl_q8_0_x8_avx2) /* likewise */
 Q32_GEMM(Q4_1, q4_1, q8_1)
 Q32_GEMM(Q5_0, q5_0, q8_0)
 Q32_GEMM(Q5_1, q5_1, q8_1)
 Q32_GEMM(Q8_0, q8_0, q8_0)
-Q32_GEMM(IQ4_NL, iq4_nl, q8_0)
 Q32_GEMM(WQ_Q8A, q8a, q8_1)
 
 #endif /* __x86_64__ */
@@ -545,16 +582,15 @@ Q32_GEMM(WQ_Q8A, q8a, q8_1)
 void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt) {
 #if defined(__x86_64__)
 #define REG(T, fn) do { kt->gemm[LLMRT_TYPE_##T] = fn; kt->gemm_name[LLMRT_TYPE_##T] = #fn; kt->gemm_groups[LLMRT_TYPE_##T] = 1; } while (0)
-    REG(Q4_0, gemm_q4_0_q8_0_x8_avx2); /* llama.cpp's repacked order; the lane order (llmrt_gemm_q4_0_avx2)
-                                         * is the avx512_vnni level's fallback */
+    REG(Q4_0, gemm_q4_0_q8_0_x8_avx2); /* llama.cpp's repacked order (above) */
     REG(Q4_1, gemm_q4_1_q8_1_avx2);
     REG(Q5_0, gemm_q5_0_q8_0_avx2);
     REG(Q5_1, gemm_q5_1_q8_1_avx2);
     REG(Q8_0, gemm_q8_0_q8_0_avx2);
-    REG(IQ4_NL, gemm_iq4_nl_q8_0_avx2);
+    REG(IQ4_NL, gemm_iq4_nl_q8_0_x8_avx2); /* likewise */
     REG(WQ_Q8A, gemm_q8a_q8_1_avx2);
-    /* two groups per call: the 8-row prefill tile (tile_q32x2) for the unsigned-quant types */
-    kt->gemm_groups[LLMRT_TYPE_Q4_0] = kt->gemm_groups[LLMRT_TYPE_Q4_1] = 2;
+    /* two groups per call: the 8-row prefill tiles (tile_q32x2 for the unsigned-quant types, q4b_tile) */
+    kt->gemm_groups[LLMRT_TYPE_Q4_0] = kt->gemm_groups[LLMRT_TYPE_Q4_1] = kt->gemm_groups[LLMRT_TYPE_IQ4_NL] = 2;
     kt->gemm_groups[LLMRT_TYPE_Q5_0] = kt->gemm_groups[LLMRT_TYPE_Q5_1] = 2;
 #undef REG
 #else

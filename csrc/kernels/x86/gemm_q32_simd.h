@@ -50,8 +50,8 @@ static inline void q32_block_quants(const int type, const int64_t nb, const uint
     }
 }
 
-/* gemm_avx2.c's 32-block gemms (gemm.h's signature), for the levels above that reproduce their
- * bits (gemm_q32_w.inc) */
+/* gemm_avx2.c's 32-block gemms (gemm.h's signature; Q4_0 and IQ4_NL its repacked-order kernels),
+ * for the levels above that reproduce their bits (gemm_q32_w.inc) */
 #define GEMM_Q32_AVX2_PROTO(t) void llmrt_gemm_##t##_avx2(int64_t K, const void *group, int n_rows, const void *x, \
                                                           size_t x_stride, int n_x, float *y, int64_t y_stride);
 GEMM_Q32_AVX2_PROTO(q4_0)
@@ -62,8 +62,5 @@ GEMM_Q32_AVX2_PROTO(q8_0)
 GEMM_Q32_AVX2_PROTO(iq4_nl)
 GEMM_Q32_AVX2_PROTO(q8a)
 #undef GEMM_Q32_AVX2_PROTO
-/* dot_avx2.c: the vec_dot whose bits llmrt_gemm_q4_0_avx2 (and the levels above) give; the avx2
- * level itself registers Q4_0's repacked order (gemm_q4_0_q8_0_x8_avx2, vec_dot_q4_0_q8_0_avx2) */
-void llmrt_vec_dot_q4_0_q8_0_lanes_avx2(int n, float *s, const void *vx, const void *vy);
 
 #endif /* LLMRT_KERNELS_X86_GEMM_Q32_SIMD_H */
