@@ -99,12 +99,12 @@ def test_gemm_partial_rows(isa_level, t, rng):
 
 
 def assert_calls_of_several_groups(pw, x, ref, R, M, n_xs, what):
-    """Calls of gemm_groups() = G groups from group 0, 1 and the last G (n_rows 1, R + 1, G·R - 1 and
+    """Calls of gemm_groups() = G groups from group 0, 1 and the last G (n_rows 1, R + 1, 2R + 1, G·R - 1 and
     all real rows, n_x in n_xs) give ref[token, row] bit for bit (zero past the real rows)."""
     G = pw.gemm_groups()
     for g in (0, 1, pw.n_groups - G):
         real = min(G * R, M - g * R)
-        for n_rows in sorted({1, R + 1, G * R - 1, real}):
+        for n_rows in sorted({1, R + 1, 2 * R + 1, G * R - 1, real}):
             if n_rows > G * R or g + -(-n_rows // R) > pw.n_groups:
                 continue
             for n_x in n_xs:
@@ -188,9 +188,9 @@ def test_pack_errors():
 
 
 @pytest.mark.parametrize("t", (T.Q4_0, T.IQ4_NL), ids=lambda v: v.name)
-@pytest.mark.parametrize("K", (4096, 4160))   # one transposed chunk of 128 blocks; 128 + 2
+@pytest.mark.parametrize("K", (2048, 4160))   # one transposed chunk of 64 blocks; 64 + 64 + 2
 def test_repacked_order_long_rows(isa_level, t, K, rng):
-    """The avx2 Q4_0 / IQ4_NL prefill (gemm_avx2.c's gemm_x8_avx2) transposes rows of up to 128
+    """The avx2 Q4_0 / IQ4_NL prefill (gemm_avx2.c's gemm_x8_avx2) transposes rows of up to 64
     blocks once per call and longer ones chunk by chunk once per 64 tokens: every output still has
     vec_dot's bits, for token counts below, at and past 64 and every n_rows of a call."""
     R = core.pack_rows(int(t))

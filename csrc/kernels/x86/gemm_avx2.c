@@ -367,8 +367,8 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * size: per (row, 32-block) the whole block's integer Σ w·y (w = q - 8, or IQ4_NL's level), then
  * acc = fma(f32(isum), f32(d_w)·f32(d_y), acc) in block order, one f32 accumulator per (row, token),
  * no horizontal sum. dot_avx2.c's vec_dots and these kernels give that, bit for bit with each other
- * (the integers are exact whatever their order). A call holds up to two groups (8 rows,
- * gemm_groups = 2), rows in the 8 lanes of a vector:
+ * (the integers are exact whatever their order). A call holds up to 2·Q4B_SETS groups (16 rows,
+ * gemm_groups = 4), two 8-row sets, rows in the 8 lanes of a vector:
  *   - n_x <= SMALL_NX (decode, a batched decode step): per token, group and block, each row's 8 i32
  *     lanes (Q4_0: maddubs(q, y) - maddubs(8, y); IQ4_NL: the sign trick on the levels), summed per
  *     row by a hadd tree into the 4 rows' isums;
@@ -379,10 +379,15 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     row (made at the transpose). IQ4_NL (levels up to 127: a pair of (y + 128)·w could saturate):
  *     the activations as they are, per 4 elements maddubs(|w|, sign(y, w)) (|pair| <= 2·127·127) and
  *     a madd into i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9 multiplies per 256
- *     multiply-adds instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone copy: 76 vs 44 G/s). */
+ *     multiply-adds instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone copy: 76 vs 44 G/s).
+ *     A token tile is staged once for all the call's sets (staging was ~20 % of the kernel's time
+ *     with one set per call). */
 #define Q4B_NT 4    /* tokens per prefill tile (4 accumulators, 4 integer sums) */
-#define Q4B_CB 128  /* blocks per transposed chunk (K <= 4096 in one) */
+#define Q4B_CB 64   /* blocks per transposed chunk (K <= 2048 in one; a set's chunk is 16 KB) */
 #define Q4B_TT 64   /* tokens per pass over a longer row's chunks (each chunk transposed once per pass) */
+#ifndef Q4B_SETS
+#define Q4B_SETS 2  /* 8-row sets per call (gemm_groups = 2 * Q4B_SETS) */
+#endif
 
 /* the 8 rows' d of block ib (rows 4..7 zero without a second group) */
 static ALWAYS_INLINE __m256 q4b_d8(const uint8_t *g0, const uint8_t *g1, int64_t ib) {
@@ -497,49 +502,60 @@ static ALWAYS_INLINE void q4b_tile(const int type, const int NT, int cb, const _
 static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *group, int n_rows, const void *x,
                                        size_t x_stride, int n_x, float *y, int64_t y_stride) {
     const int64_t nb = K / 32;
-    const uint8_t *g0 = (const uint8_t *)group;
-    const uint8_t *g1 = n_rows > Q32_R ? g0 + q32_group_bytes(type, nb) : NULL;
+    const size_t gb = q32_group_bytes(type, nb);
+    const int ngr = (n_rows + Q32_R - 1) / Q32_R; /* groups in this call */
+    const int nset = (ngr + 1) / 2;               /* 8-row sets */
     const uint8_t *xb = (const uint8_t *)x;
     if (n_x <= SMALL_NX) {
         for (int j = 0; j < n_x; j++) {
             const uint8_t *xj = xb + (size_t)j * x_stride;
-            q4b_gemv4(type, nb, g0, xj, y + (int64_t)j * y_stride, n_rows < Q32_R ? n_rows : Q32_R);
-            if (g1) q4b_gemv4(type, nb, g1, xj, y + (int64_t)j * y_stride + Q32_R, n_rows - Q32_R);
+            for (int g = 0; g < ngr; g++)
+                q4b_gemv4(type, nb, (const uint8_t *)group + (size_t)g * gb, xj, y + (int64_t)j * y_stride + g * Q32_R,
+                          n_rows - g * Q32_R < Q32_R ? n_rows - g * Q32_R : Q32_R);
         }
         return;
     }
-    _Alignas(32) __m256i wt[Q4B_CB * 8], corr[Q4B_CB];
-    _Alignas(32) __m256 d8[Q4B_CB];
-    _Alignas(32) uint8_t ya[Q4B_NT][Q4B_CB * 32];   /* the tokens' y (Q4_0: y + 128) */
+    const uint8_t *ga[Q4B_SETS], *gz[Q4B_SETS]; /* each set's two groups (the second NULL past the call) */
+    for (int s = 0; s < nset; s++) {
+        ga[s] = (const uint8_t *)group + (size_t)(2 * s) * gb;
+        gz[s] = 2 * s + 1 < ngr ? ga[s] + gb : NULL;
+    }
+    _Alignas(32) __m256i wt[Q4B_SETS][Q4B_CB * 8], corr[Q4B_SETS][Q4B_CB];
+    _Alignas(32) __m256 d8[Q4B_SETS][Q4B_CB];
+    _Alignas(32) uint8_t ya[Q4B_NT][Q4B_CB * 32];   /* the tokens' y (Q4_0: y + 128), staged once for all sets */
     float dy[Q4B_NT][Q4B_CB];
     const int once = nb <= Q4B_CB; /* else chunks of Q4B_CB blocks, each transposed once per Q4B_TT tokens */
-    if (once) q4b_unpack(type, nb, g0, g1, 0, (int)nb, wt, corr, d8);
+    if (once)
+        for (int s = 0; s < nset; s++) q4b_unpack(type, nb, ga[s], gz[s], 0, (int)nb, wt[s], corr[s], d8[s]);
     const __m256i k80 = _mm256_set1_epi8(type == LLMRT_TYPE_Q4_0 ? (char)0x80 : 0);
     for (int t00 = 0; t00 < n_x; t00 += Q4B_TT) {
         const int ntt = n_x - t00 < Q4B_TT ? n_x - t00 : Q4B_TT;
-        _Alignas(32) float accb[Q4B_TT][8];  /* the accumulators between chunks */
+        _Alignas(32) float accb[Q4B_TT][8 * Q4B_SETS];  /* the accumulators between chunks */
         memset(accb, 0, sizeof(accb));
         for (int64_t ib0 = 0; ib0 < nb; ib0 += Q4B_CB) {
             const int cb = nb - ib0 < Q4B_CB ? (int)(nb - ib0) : Q4B_CB;
-            if (!once) q4b_unpack(type, nb, g0, g1, ib0, cb, wt, corr, d8);
+            if (!once)
+                for (int s = 0; s < nset; s++) q4b_unpack(type, nb, ga[s], gz[s], ib0, cb, wt[s], corr[s], d8[s]);
             for (int t0 = 0; t0 < ntt; t0 += Q4B_NT) {
                 const int nt = ntt - t0 < Q4B_NT ? ntt - t0 : Q4B_NT;
-                __m256 acc[Q4B_NT];
                 for (int t = 0; t < nt; t++) {
                     const block_q8_0 *yr = (const block_q8_0 *)(xb + (size_t)(t00 + t0 + t) * x_stride) + ib0;
                     for (int b = 0; b < cb; b++) {
                         _mm256_store_si256((__m256i *)(ya[t] + 32 * b), _mm256_xor_si256(loadu256(yr[b].qs), k80));
                         dy[t][b] = f16(yr[b].d);
                     }
-                    acc[t] = _mm256_load_ps(accb[t0 + t]);
                 }
-                switch (nt) { /* a constant token count per tile: its sums and accumulators stay in registers */
-                case 4: q4b_tile(type, 4, cb, wt, corr, d8, ya, dy, acc); break;
-                case 3: q4b_tile(type, 3, cb, wt, corr, d8, ya, dy, acc); break;
-                case 2: q4b_tile(type, 2, cb, wt, corr, d8, ya, dy, acc); break;
-                default: q4b_tile(type, 1, cb, wt, corr, d8, ya, dy, acc); break;
+                for (int s = 0; s < nset; s++) {
+                    __m256 acc[Q4B_NT];
+                    for (int t = 0; t < nt; t++) acc[t] = _mm256_load_ps(&accb[t0 + t][8 * s]);
+                    switch (nt) { /* a constant token count per tile: its sums and accumulators stay in registers */
+                    case 4: q4b_tile(type, 4, cb, wt[s], corr[s], d8[s], ya, dy, acc); break;
+                    case 3: q4b_tile(type, 3, cb, wt[s], corr[s], d8[s], ya, dy, acc); break;
+                    case 2: q4b_tile(type, 2, cb, wt[s], corr[s], d8[s], ya, dy, acc); break;
+                    default: q4b_tile(type, 1, cb, wt[s], corr[s], d8[s], ya, dy, acc); break;
+                    }
+                    for (int t = 0; t < nt; t++) _mm256_store_ps(&accb[t0 + t][8 * s], acc[t]);
                 }
-                for (int t = 0; t < nt; t++) _mm256_store_ps(accb[t0 + t], acc[t]);
             }
         }
         for (int t = 0; t < ntt; t++)
@@ -589,8 +605,9 @@ void llmrt_register_gemm_kernels_avx2(llmrt_kernel_table *kt) {
     REG(Q8_0, gemm_q8_0_q8_0_avx2);
     REG(IQ4_NL, gemm_iq4_nl_q8_0_x8_avx2); /* likewise */
     REG(WQ_Q8A, gemm_q8a_q8_1_avx2);
-    /* two groups per call: the 8-row prefill tiles (tile_q32x2 for the unsigned-quant types, q4b_tile) */
-    kt->gemm_groups[LLMRT_TYPE_Q4_0] = kt->gemm_groups[LLMRT_TYPE_Q4_1] = kt->gemm_groups[LLMRT_TYPE_IQ4_NL] = 2;
+    /* more groups per call: the 8-row prefill tiles (tile_q32x2; q4b_tile, two 8-row sets) */
+    kt->gemm_groups[LLMRT_TYPE_Q4_1] = 2;
+    kt->gemm_groups[LLMRT_TYPE_Q4_0] = kt->gemm_groups[LLMRT_TYPE_IQ4_NL] = 2 * Q4B_SETS; /* gemm_x8_avx2 */
     kt->gemm_groups[LLMRT_TYPE_Q5_0] = kt->gemm_groups[LLMRT_TYPE_Q5_1] = 2;
 #undef REG
 #else
