@@ -491,6 +491,18 @@ class GGUFFile:
     def __iter__(self) -> Iterator[TensorInfo]:
         return iter(self.tensors.values())
 
+    def advise_willneed(self, t: TensorInfo) -> None:
+        """Ask the kernel to read tensor t's pages ahead (madvise WILLNEED): a table read only at
+        run time (the token embedding) then does not fault a page in from disk per new token."""
+        mm = self._mm
+        if mm is None or not hasattr(mm, "madvise") or t.nbytes <= 0:
+            return
+        start = t.offset - t.offset % mmap.PAGESIZE
+        try:
+            mm.madvise(mmap.MADV_WILLNEED, start, min(t.offset + t.nbytes, self.file_size) - start)
+        except (OSError, ValueError, AttributeError):
+            pass   # a hint only
+
     def close(self):
         """Drop the map. Views handed out earlier keep their pages alive until they are freed."""
         self._buf = None

@@ -76,6 +76,7 @@ class _Weights:
             t = self.f.tensors.get(name)
             if t is None:
                 raise ModelFormatError(f"{self.f.path}: missing tensor {name}")
+            self.f.advise_willneed(t)   # read ahead: weights read from the map at run time
             h = self.handles[name] = self.g.weight(t.data, t.type, tuple(t.shape))
         return h
 

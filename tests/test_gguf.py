@@ -173,6 +173,37 @@ def test_roundtrip_tensors_zero_copy(small):
         f.tensors["f32"].data
 
 
+def test_advise_willneed_covers_each_tensor(small):
+    """advise_willneed asks madvise for whole pages covering exactly the tensor (a page-aligned start
+    at or before it, an end at or past it and never past the file), and the real call on the map
+    does not raise; a closed file is left alone."""
+    import mmap as _mmap
+    path, tensors = small
+    f = load_gguf(path)
+
+    class Rec:
+        def __init__(self):
+            self.calls = []
+
+        def madvise(self, *a):
+            self.calls.append(a)
+
+    real = f._mm
+    for name in tensors:
+        t = f.tensors[name]
+        f.advise_willneed(t)              # the real map: a hint, never an error
+        rec = Rec()
+        f._mm = rec
+        f.advise_willneed(t)
+        f._mm = real
+        (flag, start, length), = rec.calls
+        assert flag == _mmap.MADV_WILLNEED and start % _mmap.PAGESIZE == 0, name
+        assert start <= t.offset < start + _mmap.PAGESIZE, name
+        assert start + length == min(t.offset + t.nbytes, f.file_size), name
+    f.close()
+    f.advise_willneed(f.tensors["f32"])   # closed: nothing to advise
+
+
 def test_describe(small):
     path, tensors = small
     with GGUFFile(path) as f:
