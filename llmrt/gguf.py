@@ -287,6 +287,7 @@ class GGUFFile:
         self.path = os.fspath(path)
         self._mm = None
         self._buf = None
+        self._advised: set = set()   # tensors already given advise_willneed
         self.metadata: dict[str, Any] = {}
         self.kv_types: dict[str, Any] = {}
         self.tensors: dict[str, TensorInfo] = {}
@@ -492,11 +493,13 @@ class GGUFFile:
         return iter(self.tensors.values())
 
     def advise_willneed(self, t: TensorInfo) -> None:
-        """Ask the kernel to read tensor t's pages ahead (madvise WILLNEED): a table read only at
-        run time (the token embedding) then does not fault a page in from disk per new token."""
+        """Ask the kernel to read tensor t's pages ahead (madvise WILLNEED), once per tensor: a
+        table read only at run time (the token embedding) then does not fault a page in from disk
+        per new token."""
         mm = self._mm
-        if mm is None or not hasattr(mm, "madvise") or t.nbytes <= 0:
+        if mm is None or not hasattr(mm, "madvise") or t.nbytes <= 0 or t.name in self._advised:
             return
+        self._advised.add(t.name)
         start = t.offset - t.offset % mmap.PAGESIZE
         try:
             mm.madvise(mmap.MADV_WILLNEED, start, min(t.offset + t.nbytes, self.file_size) - start)

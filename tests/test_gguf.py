@@ -174,12 +174,11 @@ def test_roundtrip_tensors_zero_copy(small):
 
 
 def test_advise_willneed_covers_each_tensor(small):
-    """advise_willneed asks madvise for whole pages covering exactly the tensor (a page-aligned start
-    at or before it, an end at or past it and never past the file), and the real call on the map
-    does not raise; a closed file is left alone."""
+    """advise_willneed asks madvise once per tensor for whole pages covering exactly it (a
+    page-aligned start at or before it, an end at or past it and never past the file); the real
+    call on the map does not raise; a closed file is left alone."""
     import mmap as _mmap
     path, tensors = small
-    f = load_gguf(path)
 
     class Rec:
         def __init__(self):
@@ -188,18 +187,23 @@ def test_advise_willneed_covers_each_tensor(small):
         def madvise(self, *a):
             self.calls.append(a)
 
-    real = f._mm
+    f = load_gguf(path)
+    for name in tensors:
+        f.advise_willneed(f.tensors[name])   # the real map: a hint, never an error
+    f.close()
+    f = load_gguf(path)
+    real, rec = f._mm, Rec()
+    f._mm = rec
     for name in tensors:
         t = f.tensors[name]
-        f.advise_willneed(t)              # the real map: a hint, never an error
-        rec = Rec()
-        f._mm = rec
         f.advise_willneed(t)
-        f._mm = real
+        f.advise_willneed(t)                  # once per tensor
         (flag, start, length), = rec.calls
+        rec.calls.clear()
         assert flag == _mmap.MADV_WILLNEED and start % _mmap.PAGESIZE == 0, name
         assert start <= t.offset < start + _mmap.PAGESIZE, name
         assert start + length == min(t.offset + t.nbytes, f.file_size), name
+    f._mm = real
     f.close()
     f.advise_willneed(f.tensors["f32"])   # closed: nothing to advise
 
