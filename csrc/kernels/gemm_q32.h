@@ -42,6 +42,8 @@ static inline int q32_qsb(int type) { return (type == LLMRT_TYPE_Q8_0 || type ==
 /* int8 weights as stored or looked up (Q8_0, WQ_Q8A, IQ4_NL), the sign trick's operand; else unsigned quants */
 static inline int q32_signed(int type) { return q32_qsb(type) == 32 || type == LLMRT_TYPE_IQ4_NL; }
 static inline int q32_has_qh(int type) { return type == LLMRT_TYPE_Q5_0 || type == LLMRT_TYPE_Q5_1; }
+/* the offset of the unsigned quants: the weight is q - off (Q4_0 8, Q5_0 16, else 0) */
+static inline int q32_off(int type) { return type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0; }
 static inline int q32_nsc(int type) {
     return (type == LLMRT_TYPE_Q4_1 || type == LLMRT_TYPE_Q5_1 || type == LLMRT_TYPE_WQ_Q8A) ? 2 : 1;
 }

@@ -15,15 +15,15 @@
  *   - d_x·d_y for 4 rows is one mul_ps of the group's 4 scales (one cvtph) by the token's d;
  *   - Q5's 5th bits come from the group's pre-arranged bit layout with two 64-bit shifts per
  *     row pair (gemm_q32.h), no byte shuffle;
- *   - the offset of Q4_0 / Q5_0 (q - 8, q - 16) is maddubs(off, y), i16 pair sums computed once
+ *   - the offset of Q5_0 (q - 16) is maddubs(off, y), i16 pair sums computed once
  *     per token and block and subtracted from every row's maddubs(q, y) before the madd to i32
  *     lanes: the same exact integers as vec_dot's maddubs(q, y) - maddubs(off, y) (every i16
  *     value fits, nothing saturates).
  * WQ_Q8A is Q8_0's quants with Q4_1's Σ m·s chain (m + 128 d, as wq_avx2.c's vec_dot).
- * (gemm_q32_avx2 still takes Q4_0 and IQ4_NL by type, IQ4_NL as Q8_0 once its nibbles are looked
- * up, but the level does not register it for them.)
+ * gemm_q32_avx2 serves the lane-order types only (Q4_1, Q5_0, Q5_1, Q8_0, WQ_Q8A: its signed path
+ * reads Q8_0's stored int8 quants; Q4_0 and IQ4_NL go to gemm_x8_avx2).
  * n_x = 1 is the decode GEMV (a tile of one token streams the group once); n_x > 1 tiles tokens
- * by GEMM_NT, the rest by smaller tiles; for Q4_0/Q4_1/Q5_0/Q5_1 the group is first unpacked to
+ * by GEMM_NT, the rest by smaller tiles; for Q4_1/Q5_0/Q5_1 the group is first unpacked to
  * bytes once per call (tile_q32u, below), and a call of two groups (gemm_groups = 2, what MUL_MAT
  * gives this level) runs 8-row x 1-token tiles over both (tile_q32x2).
  */
@@ -97,7 +97,7 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
     const int q8_1 = q32_nsc(type) == 2;                  /* activations Q8_1 (d, s, qs), else Q8_0 */
     const size_t ybs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int yqo = q8_1 ? 4 : 2;                         /* offset of qs in the activation block */
-    const int off = type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0;
+    const int off = q32_off(type);
     const uint8_t *sc = grp;
     const uint8_t *qh = grp + q32_qh_off(type, nb);
     const uint8_t *qs = grp + q32_qs_off(type, nb);
@@ -134,11 +134,9 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             yq[j] = loadu256(yb + yqo);
             if (off) yo[j] = _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), yq[j]); /* i16 pairs */
         }
-        if (q32_signed(type)) { /* Q8_0, WQ_Q8A, IQ4_NL: the sign trick, as dot_i8_i8 */
-            __m256i wv[Q32_R];
-            if (type == LLMRT_TYPE_IQ4_NL) q32_block_quants(type, nb, grp, ib, wv);
+        if (q32_signed(type)) { /* Q8_0, WQ_Q8A: the sign trick, as dot_i8_i8 */
             for (int r = 0; r < Q32_R; r++) {
-                const __m256i w = q32_qsb(type) == 32 ? _mm256_load_si256((const __m256i *)(qs + ib * 128 + 32 * r)) : wv[r];
+                const __m256i w = _mm256_load_si256((const __m256i *)(qs + ib * 128 + 32 * r));
                 const __m256i aw = _mm256_sign_epi8(w, w);
                 for (int j = 0; j < NT; j++) {
                     const __m256i i32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(yq[j], w)), ones);
@@ -210,7 +208,7 @@ static ALWAYS_INLINE void tile_q32u(const int type, const int NT, const int64_t 
     const int q8_1 = q32_nsc(type) == 2;
     const size_t ybs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int yqo = q8_1 ? 4 : 2;
-    const int off = type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0;
+    const int off = q32_off(type);
     const uint8_t *sc = grp;
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i offv = _mm256_set1_epi8((char)off);
@@ -274,7 +272,7 @@ static ALWAYS_INLINE void tile_q32x2(const int type, const int64_t nb, const uin
     const int q8_1 = q32_nsc(type) == 2;
     const size_t ybs = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const int yqo = q8_1 ? 4 : 2;
-    const int off = type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0;
+    const int off = q32_off(type);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i offv = _mm256_set1_epi8((char)off);
     __m256 acc[W8_R];
