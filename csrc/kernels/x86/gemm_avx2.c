@@ -367,10 +367,10 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * no horizontal sum. dot_avx2.c's vec_dots and these kernels give that, bit for bit with each other
  * (the integers are exact whatever their order). A call holds up to 2·Q4B_SETS groups (16 rows,
  * gemm_groups = 4), two 8-row sets, rows in the 8 lanes of a vector:
- *   - n_x <= SMALL_NX (decode, a batched decode step): per token, group and block, each row's 8 i32
- *     lanes (Q4_0: maddubs(q, y) - maddubs(8, y); IQ4_NL: the sign trick on the levels), summed per
- *     row by a hadd tree into the 4 rows' isums;
- *   - prefill: the block's quants transposed once per call (lane r of vector c = row r's weights
+ *   - n_x <= X8_SMALL_NX (decode, a batched decode step of 2): per token, group and block, each
+ *     row's 8 i32 lanes (Q4_0: maddubs(q, y) - maddubs(8, y); IQ4_NL: the sign trick on the levels),
+ *     summed per row by a hadd tree into the 4 rows' isums;
+ *   - more tokens (prefill, and batched decode steps from 3 sequences on): the block's quants transposed once per call (lane r of vector c = row r's weights
  *     4c..4c+3) as int8 w. Q4_0: w = q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80:
  *     unsigned) for Q4B_NT tokens; per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed
  *     in i16 (|Σ| <= 16·255·8 = 32640: no wrap, no saturation), one madd to i32, minus 128·Σw of each
@@ -379,7 +379,17 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     a madd into i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9 multiplies per 256
  *     multiply-adds instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone copy: 76 vs 44 G/s).
  *     A token tile is staged once for all the call's sets (staging was ~20 % of the kernel's time
- *     with one set per call). */
+ *     with one set per call).
+ * The i16 (Q4_0) and i32 (IQ4_NL) sums of a tile are pinned to one register each per (token, step)
+ * (PIN_REG, simd_avx2.h): integer adds are associative, and GCC -O3 otherwise rebuilt each token's
+ * chain of 8 adds as a tree over all 32 maddubs results of the block, spilling most of them to the
+ * stack (61 ymm stores in the kernel, 13 pinned). `benchmarks/matmul.py -t 1 -n 64 --packed-only`,
+ * 1536 x 4096, three alternated rounds: Q4_0 6.64-6.79 -> 5.22-5.32 ms, 576 x 1536 0.95-1.00 ->
+ * 0.78-0.81 ms; and with it the tile beats the GEMV from 3 tokens on (n = 3 / 4: 0.62 / 0.82 ->
+ * 0.52 / 0.57 ms), hence X8_SMALL_NX = 2. */
+#ifndef X8_SMALL_NX
+#define X8_SMALL_NX 2 /* up to this many tokens the per-token GEMV (no transpose to repay) */
+#endif
 #define Q4B_NT 4    /* tokens per prefill tile (4 accumulators, 4 integer sums) */
 #define Q4B_CB 64   /* blocks per transposed chunk (K <= 2048 in one; a set's chunk is 16 KB) */
 #define Q4B_TT 64   /* tokens per pass over a longer row's chunks (each chunk transposed once per pass) */
@@ -475,6 +485,7 @@ static ALWAYS_INLINE void q4b_tile(const int type, const int NT, int cb, const _
                     int32_t y4;
                     memcpy(&y4, ya[t] + 32 * b + 4 * c, 4);
                     s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(_mm256_set1_epi32(y4), w));
+                    PIN_REG(s16[t]);
                 }
             }
             for (int t = 0; t < NT; t++) isum[t] = _mm256_sub_epi32(_mm256_madd_epi16(s16[t], ones), corr[b]);
@@ -488,6 +499,7 @@ static ALWAYS_INLINE void q4b_tile(const int type, const int NT, int cb, const _
                     memcpy(&y4, ya[t] + 32 * b + 4 * c, 4);
                     const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(y4), w));
                     isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+                    PIN_REG(isum[t]);
                 }
             }
         }
@@ -504,7 +516,7 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
     const int ngr = (n_rows + Q32_R - 1) / Q32_R; /* groups in this call */
     const int nset = (ngr + 1) / 2;               /* 8-row sets */
     const uint8_t *xb = (const uint8_t *)x;
-    if (n_x <= SMALL_NX) {
+    if (n_x <= X8_SMALL_NX) {
         for (int j = 0; j < n_x; j++) {
             const uint8_t *xj = xb + (size_t)j * x_stride;
             for (int g = 0; g < ngr; g++)

@@ -62,12 +62,17 @@ static ALWAYS_INLINE void gemv_prefetch(const uint8_t *bg, int bg_bytes, int r) 
 /* activation row j */
 #define XROW(x, j, x_stride) ((const void *)((const uint8_t *)(x) + (size_t)(j) * (x_stride)))
 
-/* Σ_s madd(maddubs(q[s], y[32s..]), sc[s]) over the 8 32-element groups of a super-block */
+/* Σ_s madd(maddubs(q[s], y[32s..]), sc[s]) over the 8 32-element groups of a super-block. The sum
+ * is pinned per step (PIN_REG): unpinned, GCC's tree of the 8 products spilled; pinned,
+ * `benchmarks/matmul.py -t 1 --packed-only --type Q5_K IQ4_XS -n 1 64`, 1536 x 4096, min of four
+ * alternated rounds: Q5_K 0.301 / 8.84 -> 0.281 / 7.73 ms (n = 1 / 64), IQ4_XS 0.385 / 11.25 ->
+ * 0.353 / 10.16 ms. */
 static inline __m256i isum8(const __m256i *q, const __m256i *sc, const int8_t *q8) {
     __m256i isum = _mm256_setzero_si256();
     for (int s = 0; s < 8; s++) {
         const __m256i p = _mm256_maddubs_epi16(q[s], loadu256(q8 + 32 * s));
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[s]));
+        PIN_REG(isum);
     }
     return isum;
 }
@@ -79,6 +84,7 @@ static inline __m256i isum8_i8(const __m256i *q, const __m256i *sc, const int8_t
     for (int s = 0; s < 8; s++) {
         const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q[s], q[s]), _mm256_sign_epi8(loadu256(q8 + 32 * s), q[s]));
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[s]));
+        PIN_REG(isum);
     }
     return isum;
 }
@@ -312,6 +318,7 @@ static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int
                         for (int s = 0; s < 8; s++) {
                             const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[s], loadu256(q8 + 32 * s)), p4[t][s]);
                             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[s]));
+                            PIN_REG(isum);
                         }
                     } else {
                         isum = kind == KIQ4XS ? isum8_i8(q, sc, q8) : isum8(q, sc, q8);
