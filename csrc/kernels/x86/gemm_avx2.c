@@ -371,8 +371,8 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     row's 8 i32 lanes (Q4_0: maddubs(q, y) - maddubs(8, y); IQ4_NL: the sign trick on the levels),
  *     summed per row by a hadd tree into the 4 rows' isums;
  *   - more tokens (prefill, and batched decode steps from 3 sequences on): the block's quants
- *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3) as int8 w. Q4_0: w = q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80:
- *     unsigned) for Q4B_NT tokens; per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed
+ *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3) as int8 w. Q4_0:
+ *     w = q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for Q4B_NT tokens; per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed
  *     in i16 (|Σ| <= 16·255·8 = 32640: no wrap, no saturation), one madd to i32, minus 128·Σw of each
  *     row (made at the transpose). IQ4_NL (levels up to 127: a pair of (y + 128)·w could saturate):
  *     the activations as they are, per 4 elements maddubs(|w|, sign(y, w)) (|pair| <= 2·127·127) and
