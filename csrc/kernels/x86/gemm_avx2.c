@@ -371,19 +371,20 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     row's 8 i32 lanes (Q4_0: maddubs(q, y) - maddubs(8, y); IQ4_NL: the sign trick on the levels),
  *     summed per row by a hadd tree into the 4 rows' isums;
  *   - more tokens (prefill, and batched decode steps from 3 sequences on): the block's quants
- *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3) as int8 w. Q4_0:
- *     w = q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for Q4B_NT tokens; per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed
- *     in i16 (|Σ| <= 16·255·8 = 32640: no wrap, no saturation), one madd to i32, minus 128·Σw of each
- *     row (made at the transpose). IQ4_NL (levels up to 127: a pair of (y + 128)·w could saturate):
- *     the activations as they are, per 4 elements maddubs(|w|, sign(y, w)) (|pair| <= 2·127·127) and
- *     a madd into i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9 multiplies per 256
+ *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3) as int8 w. Q4_0: w =
+ *     q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for Q4B_NT tokens;
+ *     per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed in i16 (|Σ| <= 16·255·8 =
+ *     32640: no wrap, no saturation), one madd to i32, minus 128·Σw of each row (made at the
+ *     transpose). IQ4_NL (levels up to 127: a pair of (y + 128)·w could saturate): the activations
+ *     as they are, per 4 elements maddubs(|w|, sign(y, w)) (|pair| <= 2·127·127) and a madd into
+ *     i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9 multiplies per 256
  *     multiply-adds instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone copy: 76 vs 44 G/s).
  *     A token tile is staged once for all the call's sets (staging was ~20 % of the kernel's time
  *     with one set per call), and the two sets run in one tile, each activation broadcast serving
- *     both: per activation word 2 weight loads + 4 broadcasts feed 8 maddubs instead of 1 + 4 feeding
- *     4 (llvm-mca -mcpu=znver3 has the vector loads as the bound with the FP pipes just under it).
- *     `benchmarks/matmul.py -t 1 -n 64 --packed-only`, 1536 x 4096, min of 6 alternated rounds:
- *     Q4_0 5.21 -> 4.82 ms, IQ4_NL 8.36 -> 7.67 ms.
+ *     both: per activation word 2 weight loads + 4 broadcasts feed 8 maddubs instead of 1 + 4
+ *     feeding 4 (llvm-mca -mcpu=znver3 has the vector loads as the bound with the FP pipes just
+ *     under it). `benchmarks/matmul.py -t 1 -n 64 --packed-only`, 1536 x 4096, min of 6 alternated
+ *     rounds: Q4_0 5.21 -> 4.82 ms, IQ4_NL 8.36 -> 7.67 ms.
  * The i16 (Q4_0) and i32 (IQ4_NL) sums of a tile are pinned to one register each per (token, step)
  * (PIN_REG, simd_avx2.h): integer adds are associative, and GCC -O3 otherwise rebuilt each token's
  * chain of 8 adds as a tree over all 32 maddubs results of the block, spilling most of them to the
