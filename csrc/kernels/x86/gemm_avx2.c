@@ -365,17 +365,18 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * size: per (row, 32-block) the whole block's integer Σ w·y (w = q - 8, or IQ4_NL's level), then
  * acc = fma(f32(isum), f32(d_w)·f32(d_y), acc) in block order, one f32 accumulator per (row, token),
  * no horizontal sum. dot_avx2.c's vec_dots and these kernels give that, bit for bit with each other
- * (the integers are exact whatever their order). A call holds up to 2·Q4B_SETS groups (16 rows,
- * gemm_groups = 4), two 8-row sets, rows in the 8 lanes of a vector:
+ * (the integers are exact whatever their order). A call holds up to 2·Q4B_SETS groups (64 rows,
+ * gemm_groups = 16), 8-row sets, rows in the 8 lanes of a vector:
  *   - n_x <= X8_SMALL_NX (decode, a batched decode step of 2): per token, group and block, each
  *     row's 8 i32 lanes (Q4_0: maddubs(q, y) - maddubs(8, y); IQ4_NL: the sign trick on the levels),
  *     summed per row by a hadd tree into the 4 rows' isums;
  *   - more tokens (prefill, and batched decode steps from 3 sequences on): the block's quants
  *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3) as int8 w. Q4_0: w =
  *     q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for Q4B_NT tokens;
- *     per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed in i16 (|Σ| <= 16·255·8 =
- *     32640: no wrap, no saturation), one madd to i32, minus 128·Σw of each row (made at the
- *     transpose). IQ4_NL (levels up to 127: a pair of (y + 128)·w could saturate): the activations
+ *     per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed in i16 onto -128·Σw of
+ *     the i16 lane's 16 weights (made at the transpose; every partial sum is Σ_seen y·w -
+ *     128·Σ_unseen w, |.| <= 16·128·8 = 16384, and a pair (y + 128)·w <= 2·255·8: no wrap, no
+ *     saturation), one madd to i32. IQ4_NL (levels up to 127: a pair of (y + 128)·w could saturate): the activations
  *     as they are, per 4 elements maddubs(|w|, sign(y, w)) (|pair| <= 2·127·127) and a madd into
  *     i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9 multiplies per 256
  *     multiply-adds instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone copy: 76 vs 44 G/s).
@@ -385,8 +386,16 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     feeding 4 (llvm-mca -mcpu=znver3 has the vector loads as the bound with the FP pipes just
  *     under it). `benchmarks/matmul.py -t 1 -n 64 --packed-only`, 1536 x 4096, min of 6 alternated
  *     rounds: Q4_0 5.21 -> 4.82 ms, IQ4_NL 8.36 -> 7.67 ms.
+ *     The staging (y + 128 copied aligned, d_y widened) is per call, and it cost as much as 14 % of
+ *     the kernel with 16 rows per call (a standalone copy of the kernel, 1536 x 4096 x 64 tokens,
+ *     with the staging skipped: 4.40 -> 3.82 ms), so a call now takes 8 sets (64 rows): the tile
+ *     still runs the sets two at a time on the staged tokens. With the correction folded into the
+ *     sums' start (no vpsubd per token and set): the same copy, 4.43 -> 3.84-3.97 ms; end to end
+ *     (`llmrt bench -p 512 -n 0`, alternated, t/s) 0.4b Q4_0 315-318 -> 376-377, 1.5b 97-98 ->
+ *     116-122.
  * The i16 (Q4_0) and i32 (IQ4_NL) sums of a tile are pinned to one register each per (token, step)
- * (PIN_REG, simd_avx2.h): integer adds are associative, and GCC -O3 otherwise rebuilt each token's
+ * (PIN_REG, simd_avx2.h; Q4_0's maddubs + add is one asm, MADDUBS_ADD16, whose add writes the
+ * sum's own register: with the pin alone GCC wrote it elsewhere and copied it back): integer adds are associative, and GCC -O3 otherwise rebuilt each token's
  * chain of 8 adds as a tree over all 32 maddubs results of the block, spilling most of them to the
  * stack (61 ymm stores in the kernel, 13 pinned). `benchmarks/matmul.py -t 1 -n 64 --packed-only`,
  * 1536 x 4096, three alternated rounds: Q4_0 6.64-6.79 -> 5.22-5.32 ms, 576 x 1536 0.95-1.00 ->
@@ -396,10 +405,11 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
 #define X8_SMALL_NX 2 /* up to this many tokens the per-token GEMV (no transpose to repay) */
 #endif
 #define Q4B_NT 4    /* tokens per prefill tile (4 accumulators, 4 integer sums) */
-#define Q4B_CB 64   /* blocks per transposed chunk (K <= 2048 in one; a set's chunk is 16 KB) */
+#define Q4B_CB 64   /* blocks per transposed chunk (K <= 2048 in one; a set's chunk is 16 KB, 128 KB
+                     * of stack for a call's 8 sets) */
 #define Q4B_TT 64   /* tokens per pass over a longer row's chunks (each chunk transposed once per pass) */
 #ifndef Q4B_SETS
-#define Q4B_SETS 2  /* 8-row sets per call (gemm_groups = 2 * Q4B_SETS) */
+#define Q4B_SETS 8  /* 8-row sets per call (gemm_groups = 2 * Q4B_SETS) */
 #endif
 
 /* the 8 rows' d of block ib (rows 4..7 zero without a second group) */
@@ -455,7 +465,7 @@ static ALWAYS_INLINE void q4b_gemv4(const int type, int64_t nb, const uint8_t *g
  * elements 4c..4c+3), Q4_0's 128·Σ(q - 8) per row (corr[b]) and the rows' d (d8[b]) */
 static ALWAYS_INLINE void q4b_unpack(const int type, int64_t nb, const uint8_t *g0, const uint8_t *g1, int64_t ib0,
                                      int cb, __m256i *wt, __m256i *corr, __m256 *d8) {
-    const __m256i off = _mm256_set1_epi8(8), one8 = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+    const __m256i off = _mm256_set1_epi8(8), one8 = _mm256_set1_epi8(1);
     for (int b = 0; b < cb; b++) {
         __m256i w[8];
         q4b_quants(type, nb, g0, g1, ib0 + b, w);
@@ -466,7 +476,7 @@ static ALWAYS_INLINE void q4b_unpack(const int type, int64_t nb, const uint8_t *
                 wt[8 * b + c] = _mm256_sub_epi8(wt[8 * b + c], off);
                 s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(one8, wt[8 * b + c]));
             }
-            corr[b] = _mm256_slli_epi32(_mm256_madd_epi16(s16, ones), 7);
+            corr[b] = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s16, 7));
         }
         d8[b] = q4b_d8(g0, g1, ib0 + b);
     }
@@ -486,7 +496,8 @@ static ALWAYS_INLINE void q4b_tile(const int type, const int NS, const int NT, i
         if (type == LLMRT_TYPE_Q4_0) {
             __m256i s16[2][Q4B_NT];
             for (int s = 0; s < NS; s++)
-                for (int t = 0; t < NT; t++) s16[s][t] = _mm256_setzero_si256();
+                for (int t = 0; t < NT; t++) s16[s][t] = _mm256_load_si256(&corr[s][b]);
+#pragma GCC unroll 8
             for (int c = 0; c < 8; c++) {
                 __m256i w[2];
                 for (int s = 0; s < NS; s++) w[s] = _mm256_load_si256(&wt[s][8 * b + c]);
@@ -494,14 +505,11 @@ static ALWAYS_INLINE void q4b_tile(const int type, const int NS, const int NT, i
                     int32_t y4;
                     memcpy(&y4, ya[t] + 32 * b + 4 * c, 4);
                     const __m256i yv = _mm256_set1_epi32(y4);
-                    for (int s = 0; s < NS; s++) {
-                        s16[s][t] = _mm256_add_epi16(s16[s][t], _mm256_maddubs_epi16(yv, w[s]));
-                        PIN_REG(s16[s][t]);
-                    }
+                    for (int s = 0; s < NS; s++) MADDUBS_ADD16(s16[s][t], yv, w[s]);
                 }
             }
             for (int s = 0; s < NS; s++)
-                for (int t = 0; t < NT; t++) isum[s][t] = _mm256_sub_epi32(_mm256_madd_epi16(s16[s][t], ones), corr[s][b]);
+                for (int t = 0; t < NT; t++) isum[s][t] = _mm256_madd_epi16(s16[s][t], ones);
         } else {
             for (int s = 0; s < NS; s++)
                 for (int t = 0; t < NT; t++) isum[s][t] = _mm256_setzero_si256();

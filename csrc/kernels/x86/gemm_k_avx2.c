@@ -94,8 +94,8 @@ static inline __m256i isum8_i8(const __m256i *q, const __m256i *sc, const int8_t
 #define TC 32  /* Q6_K: activation rows per chunk: a row's paired quants and scales are made once per
                 * (chunk, super-block) and used for all TC rows; the accumulators (8 rows x TC vectors,
                 * 8 KB) and one super-block of paired activations (TC x 8 vectors, 8 KB) stay in L1 */
-#define TC4 64 /* Q4_K: activation rows per chunk: the transposed quants (2 KB) are made once per
-                * (chunk, super-block); acc, accm, isums: 3 vectors per activation row, 6 KB */
+#define TC4 64 /* Q4_K: activation rows per chunk: the transposed quants (2 KB per group) are made
+                * once per (chunk, super-block); acc, accm: 2 vectors per (row, group), 8 KB */
 
 /* 4 bytes at p in every i32 lane */
 static ALWAYS_INLINE __m256i bcast4(const int8_t *p) {
@@ -106,84 +106,130 @@ static ALWAYS_INLINE __m256i bcast4(const int8_t *p) {
 
 /* Q4_K, n_x > 1: the GEMV's float operations on the same values (acc, accm per token with the 8 rows
  * in lanes; the integers isum, imin are exact whatever their order), with the rows in the lanes of
- * the integer work too, so no per-token hsum8 and half the multiplies: per super-block the group's
- * quants are transposed once per chunk into w[s][m] (lane r: quants 4m..4m+3 of 32-group s of row
- * r), then for each token and group, 8 maddubs(w[s][m], 4 activation bytes broadcast) are summed in
- * i16 (|Σ| <= 8·2·15·128 = 30720: exact) and one madd by the group's scales (lane r: row r's)
- * gives the 8 rows' Σ sc·q·y of the group. */
-static void gemm_q4_K_prefill(int64_t K, const uint8_t *group, int n_rows, const uint8_t *x, size_t x_stride,
-                              int n_x, float *y, int64_t y_stride) {
+ * the integer work too, so no per-token hsum8 and half the multiplies: per super-block the call's
+ * quants (one or two groups) are transposed once per chunk into w[s][g][m] (lane r: quants 32g +
+ * 4m .. + 3 of row r of group s), then per tile of K4_NT tokens and 32-group g, 8 steps of: the
+ * two groups' w loaded, each token's 4 activation bytes broadcast once for both groups (the
+ * broadcast, a load and a vector-pipe uop on Zen 3, was one per maddubs with one group per call),
+ * maddubs summed in i16 (|Σ| <= 8·2·15·128 = 30720: exact), then one madd by the group's scales
+ * (lane r: row r's) into the tile's i32 sums. `benchmarks/matmul.py -t 1 -n 64 --packed-only --type
+ * Q4_K`, three alternated rounds, one group per call -> two: 1536 x 4096 5.23-5.42 -> 4.41-4.95 ms,
+ * 2048 x 640 1.00-1.02 -> 0.87-0.94 ms; `llmrt bench -p 512`, alternated, t/s: 0.4b Q4_K_M 294-310
+ * -> 337-348, 1.5b 91-92 -> 109-111. */
+#define K4_NT 4 /* tokens per tile: 2 x 4 i16 sums + 2 weights + 1 broadcast in registers */
+
+static ALWAYS_INLINE void q4k_tile(const int NS, const int NT, __m256i (*const w)[8][8], const __m256i (*scs)[8],
+                                   const uint8_t *xi, size_t x_stride, __m256i (*isums)[K4_NT]) {
+    __m256i is[2][K4_NT];
+    for (int s = 0; s < NS; s++)
+        for (int t = 0; t < NT; t++) is[s][t] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; g++) {
+        const uint8_t *yq = xi + offsetof(block_q8_K, qs) + 32 * g;
+        __m256i s16[2][K4_NT];
+        for (int s = 0; s < NS; s++)
+            for (int t = 0; t < NT; t++) s16[s][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int m = 0; m < 8; m++) {
+            __m256i wm[2];
+            for (int s = 0; s < NS; s++) wm[s] = _mm256_load_si256(&w[s][g][m]);
+            for (int t = 0; t < NT; t++) {
+                const __m256i yv = bcast4((const int8_t *)(yq + (size_t)t * x_stride + 4 * m));
+                for (int s = 0; s < NS; s++) MADDUBS_ADD16(s16[s][t], wm[s], yv);
+            }
+        }
+        for (int s = 0; s < NS; s++)
+            for (int t = 0; t < NT; t++) is[s][t] = _mm256_add_epi32(is[s][t], _mm256_madd_epi16(s16[s][t], scs[s][g]));
+    }
+    for (int s = 0; s < NS; s++)
+        for (int t = 0; t < NT; t++) isums[s][t] = is[s][t];
+}
+
+static ALWAYS_INLINE void gemm_q4_K_prefill_ns(const int NS, int64_t K, const uint8_t *group, int n_rows,
+                                               const uint8_t *x, size_t x_stride, int n_x, float *y, int64_t y_stride) {
     const int64_t nb = K / QK_K;
+    const size_t gbytes = ((size_t)nb * Q4K_BG + 63) & ~(size_t)63; /* pack_k.h: groups 64-byte aligned */
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i w[8][8]; /* [group s][step m], 2 KB: lane r = quants 32s + 4m .. + 3 of row r (bytes) */
-    __m256i scs[8];  /* [group s]: lane r = row r's scale of group s in both i16 halves */
+    _Alignas(32) __m256i w[2][8][8]; /* [group][32-group g][step m], 2 KB each: lane r = quants 32g + 4m .. + 3 of row r */
+    __m256i scs[2][8];               /* [group][g]: lane r = row r's scale of g in both i16 halves */
     for (int c0 = 0; c0 < n_x; c0 += TC4) {
         const int nc = n_x - c0 < TC4 ? n_x - c0 : TC4;
         const uint8_t *xc = x + (size_t)c0 * x_stride;
-        __m256 acc[TC4], accm[TC4]; /* lane r: row r */
-        __m256i isums[TC4];         /* lane r: row r's Σ sc·q·y of the super-block */
-        for (int t = 0; t < nc; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+        __m256 acc[2][TC4], accm[2][TC4]; /* lane r: row r */
+        for (int s = 0; s < NS; s++)
+            for (int t = 0; t < nc; t++) acc[s][t] = accm[s][t] = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            const uint8_t *bg = group + i * Q4K_BG;
             const uint8_t *xi = xc + (size_t)i * sizeof(block_q8_K); /* token t's block i: xi + t * x_stride */
-            /* all 8 rows are read (the group always holds 8: rows past the weight are zeros); lanes
-             * r >= n_rows are computed and never stored */
-            for (int j = 0; j < 4; j++) { /* bytes 32j.. of each row: groups 2j (low nibbles), 2j + 1 (high) */
-                __m256i lo[PK_R], hi[PK_R];
-                for (int r = 0; r < PK_R; r++) {
-                    const __m256i q4 = loadu256(bg + Q4K_QS + 128 * r + 32 * j);
-                    lo[r] = _mm256_and_si256(q4, m4);
-                    hi[r] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            __m256 d8[2], dmin8[2];
+            __m256i mk[2][4]; /* lane r: (m_r[2k], m_r[2k+1]) as i16 */
+            /* all 8 rows of a group are read (rows past the weight are zeros); lanes r >= n_rows are
+             * computed and never stored */
+            for (int s = 0; s < NS; s++) {
+                const uint8_t *bg = group + (size_t)s * gbytes + i * Q4K_BG;
+                for (int j = 0; j < 4; j++) { /* bytes 32j.. of each row: 32-groups 2j (low nibbles), 2j + 1 (high) */
+                    __m256i lo[PK_R], hi[PK_R];
+                    for (int r = 0; r < PK_R; r++) {
+                        const __m256i q4 = loadu256(bg + Q4K_QS + 128 * r + 32 * j);
+                        lo[r] = _mm256_and_si256(q4, m4);
+                        hi[r] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+                    }
+                    transpose8_epi32(lo, w[s][2 * j]);
+                    transpose8_epi32(hi, w[s][2 * j + 1]);
                 }
-                transpose8_epi32(lo, w[2 * j]);
-                transpose8_epi32(hi, w[2 * j + 1]);
-            }
-            {
-                __m256i s32[PK_R]; /* lane s: row r's scale of group s */
+                __m256i s32[PK_R]; /* lane g: row r's scale of 32-group g */
                 for (int r = 0; r < PK_R; r++) s32[r] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bg + Q4K_SC + 8 * r)));
-                transpose8_epi32(s32, scs);
-                for (int g = 0; g < 8; g++) scs[g] = _mm256_or_si256(scs[g], _mm256_slli_epi32(scs[g], 16));
+                transpose8_epi32(s32, scs[s]);
+                for (int g = 0; g < 8; g++) scs[s][g] = _mm256_or_si256(scs[s][g], _mm256_slli_epi32(scs[s][g], 16));
+                d8[s] = _mm256_cvtph_ps(loadu128(bg + Q4K_D));
+                dmin8[s] = _mm256_cvtph_ps(loadu128(bg + Q4K_DMIN));
+                for (int k = 0; k < 4; k++) mk[s][k] = _mm256_cvtepu8_epi16(loadu128(bg + Q4K_M + 16 * k));
             }
-            for (int t = 0; t < nc; t++) isums[t] = _mm256_setzero_si256();
-            for (int g = 0; g < 8; g++) {
-                __m256i wg[8];
-                for (int m = 0; m < 8; m++) wg[m] = w[g][m];
-                const __m256i sc = scs[g];
-                const uint8_t *yq = xi + offsetof(block_q8_K, qs) + 32 * g;
-                for (int t = 0; t < nc; t++, yq += x_stride) {
-                    const int8_t *q8 = (const int8_t *)yq;
-                    __m256i p = _mm256_maddubs_epi16(wg[0], bcast4(q8));
-                    for (int m = 1; m < 8; m++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wg[m], bcast4(q8 + 4 * m)));
-                    isums[t] = _mm256_add_epi32(isums[t], _mm256_madd_epi16(p, sc));
+            for (int t0 = 0; t0 < nc; t0 += K4_NT) {
+                const int nt = nc - t0 < K4_NT ? nc - t0 : K4_NT;
+                const uint8_t *xt = xi + (size_t)t0 * x_stride;
+                __m256i isums[2][K4_NT]; /* lane r: row r's Σ sc·q·y of the super-block */
+                switch (nt) { /* constant token counts: the tile's sums stay in registers */
+                case 4: q4k_tile(NS, 4, w, scs, xt, x_stride, isums); break;
+                case 3: q4k_tile(NS, 3, w, scs, xt, x_stride, isums); break;
+                case 2: q4k_tile(NS, 2, w, scs, xt, x_stride, isums); break;
+                default: q4k_tile(NS, 1, w, scs, xt, x_stride, isums); break;
                 }
-            }
-            const __m256 d8 = _mm256_cvtph_ps(loadu128(bg + Q4K_D));
-            const __m256 dmin8 = _mm256_cvtph_ps(loadu128(bg + Q4K_DMIN));
-            __m256i mk[4]; /* lane r: (m_r[2k], m_r[2k+1]) as i16 */
-            for (int k = 0; k < 4; k++) mk[k] = _mm256_cvtepu8_epi16(loadu128(bg + Q4K_M + 16 * k));
-            const uint8_t *yt = xi;
-            for (int t = 0; t < nc; t++, yt += x_stride) {
-                const block_q8_K *b = (const block_q8_K *)yt;
-                /* imin8_k4 with the m vectors hoisted: pair sums pb of the bsums, lane r = Σ_k m·pb */
-                const __m256i pb = _mm256_madd_epi16(loadu256(b->bsums), ones);
-                const __m256i pb16 = _mm256_packs_epi32(pb, pb);
-                __m256i imin = _mm256_madd_epi16(mk[0], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(0)));
-                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[1], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(1))));
-                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[2], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(4))));
-                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[3], _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(5))));
-                const __m256 dy = _mm256_set1_ps(b->d);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isums[t]), _mm256_mul_ps(d8, dy), acc[t]);
-                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin8, dy), accm[t]);
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_K *b = (const block_q8_K *)(xt + (size_t)t * x_stride);
+                    /* imin8_k4 with the m vectors hoisted: pair sums pb of the bsums, lane r = Σ_k m·pb */
+                    const __m256i pb = _mm256_madd_epi16(loadu256(b->bsums), ones);
+                    const __m256i pb16 = _mm256_packs_epi32(pb, pb);
+                    const __m256i p0 = _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(0));
+                    const __m256i p1 = _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(1));
+                    const __m256i p2 = _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(4));
+                    const __m256i p3 = _mm256_permutevar8x32_epi32(pb16, _mm256_set1_epi32(5));
+                    const __m256 dy = _mm256_set1_ps(b->d);
+                    for (int s = 0; s < NS; s++) {
+                        __m256i imin = _mm256_madd_epi16(mk[s][0], p0);
+                        imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[s][1], p1));
+                        imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[s][2], p2));
+                        imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mk[s][3], p3));
+                        acc[s][t0 + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isums[s][t]), _mm256_mul_ps(d8[s], dy), acc[s][t0 + t]);
+                        accm[s][t0 + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin8[s], dy), accm[s][t0 + t]);
+                    }
+                }
             }
         }
         for (int t = 0; t < nc; t++) {
-            float out[PK_R];
-            _mm256_storeu_ps(out, _mm256_sub_ps(acc[t], accm[t]));
             float *yr = y + (int64_t)(c0 + t) * y_stride;
-            for (int r = 0; r < n_rows; r++) yr[r] = out[r];
+            for (int s = 0; s < NS; s++) {
+                float out[PK_R];
+                _mm256_storeu_ps(out, _mm256_sub_ps(acc[s][t], accm[s][t]));
+                for (int r = 0; r < PK_R && s * PK_R + r < n_rows; r++) yr[s * PK_R + r] = out[r];
+            }
         }
     }
+}
+
+static void gemm_q4_K_prefill(int64_t K, const uint8_t *group, int n_rows, const uint8_t *x, size_t x_stride,
+                              int n_x, float *y, int64_t y_stride) {
+    if (n_rows > PK_R) gemm_q4_K_prefill_ns(2, K, group, n_rows, x, x_stride, n_x, y, y_stride);
+    else gemm_q4_K_prefill_ns(1, K, group, n_rows, x, x_stride, n_x, y, y_stride);
 }
 
 /* ---- Q4_K: rows in lanes ------------------------------------------------------------------------ */
@@ -192,6 +238,12 @@ static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void 
                            float *y, int64_t y_stride) {
     if (n_x > 1) {
         gemm_q4_K_prefill(K, (const uint8_t *)group, n_rows, (const uint8_t *)x, x_stride, n_x, y, y_stride);
+        return;
+    }
+    if (n_rows > PK_R) { /* decode, two groups (gemm_groups = 2): one after the other */
+        const size_t gbytes = ((size_t)(K / QK_K) * Q4K_BG + 63) & ~(size_t)63;
+        gemm_q4_K_avx2(K, group, PK_R, x, x_stride, n_x, y, y_stride);
+        gemm_q4_K_avx2(K, (const uint8_t *)group + gbytes, n_rows - PK_R, x, x_stride, n_x, y + PK_R, y_stride);
         return;
     }
     const int64_t nb = K / QK_K;
@@ -691,6 +743,7 @@ void llmrt_register_gemm_k_kernels_avx2(llmrt_kernel_table *kt) {
     REG(BF16, gemm_bf16_avx2);
     /* decode widens the activation row once per call: 4 groups (32 rows) per call */
     kt->gemm_groups[LLMRT_TYPE_F32] = kt->gemm_groups[LLMRT_TYPE_F16] = kt->gemm_groups[LLMRT_TYPE_BF16] = 4;
+    kt->gemm_groups[LLMRT_TYPE_Q4_K] = 2; /* the prefill tile's broadcasts serve two groups */
 #undef REG
 #else
     (void)kt;

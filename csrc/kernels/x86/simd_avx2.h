@@ -21,6 +21,14 @@
  * products of the unrolled loop and spill them to the stack; pinning the running sum after each add
  * keeps the chain (the result is the same integer either way). Measured where used. */
 #define PIN_REG(v) __asm__("" : "+x"(v))
+/* s += maddubs(u, i) (i16 lanes, u unsigned bytes, i signed) with the sum kept in its own register:
+ * the add's destination is s itself (with PIN_REG alone GCC wrote the add into the product's
+ * register and copied it back, a move per step that cost dispatch slots) */
+#define MADDUBS_ADD16(s, u, i)                                                                  \
+    do {                                                                                        \
+        __m256i tmp_;                                                                           \
+        __asm__("vpmaddubsw %3, %2, %1\n\tvpaddw %1, %0, %0" : "+x"(s), "=&x"(tmp_) : "x"(u), "x"(i)); \
+    } while (0)
 
 /* f16 -> f32 with F16C (exact). */
 static inline float f16(llmrt_fp16_t h) { return _cvtsh_ss(h); }
