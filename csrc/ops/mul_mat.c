@@ -13,7 +13,7 @@
  * the block at once (the groups, a few KB, stay in L1 while the kernel tiles the tokens). Group
  * ranges are sized for at least MM_CHUNKS_PER_THREAD chunks per thread per token block (decode:
  * many small chunks, so no thread idles at the end of a node), at most MM_CHUNK_BYTES of weights
- * (rounded up to whole gemm calls).
+ * (rounded up to whole gemm calls in a prefill).
  *
  * AMX (amx.h): a weight with an AMX copy, in a run of >= LLMRT_AMX_MIN_TOKENS tokens while
  * llmrt_amx_matmul() is on, goes to llmrt_amx_gemm_int8 instead: chunks are MM_AMX_ROWS weight
@@ -35,6 +35,12 @@
 #define MM_TOKENS 64              /* tokens per chunk (packed): 64 x K activation bytes stay in L2 */
 #define MM_CHUNKS_PER_THREAD 8    /* packed: at least this many chunks per thread and token block */
 #define MM_CHUNK_BYTES (64 << 10) /* packed: at most this many weight bytes per chunk */
+#define MM_FEW_TOKENS 4           /* packed: up to this many tokens (decode, a batched decode step) a
+                                   * chunk is not rounded up to whole calls of gemm_groups groups:
+                                   * a call's size matters to prefill (e.g. the avx2 Q4_0 kernel
+                                   * stages its tokens once per call, for 64 rows), while a decode
+                                   * step wants many chunks (16-group chunks of a 1536-row matrix
+                                   * are 24, 1.5 per thread on 16 threads) */
 #define MM_AMX_ROWS 64            /* AMX: weight rows per chunk (a multiple of LLMRT_AMX_ROW_STEP) */
 #define MM_AMX_TOKENS 32          /* AMX bf16: tokens per chunk (their bf16 rows in the thread's scratch) */
 
@@ -69,7 +75,7 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
     int64_t gpc = ng / ((int64_t)MM_CHUNKS_PER_THREAD * p->nth);  /* groups per chunk */
     const int64_t gmax = (int64_t)(MM_CHUNK_BYTES / pw->group_bytes);
     if (gpc > gmax) gpc = gmax;
-    gpc = (gpc + G - 1) / G * G;                                  /* whole calls */
+    if (nr > MM_FEW_TOKENS) gpc = (gpc + G - 1) / G * G;          /* prefill: whole calls */
     if (gpc < 1) gpc = 1;
     const int64_t n_gc = (ng + gpc - 1) / gpc;
     const int64_t n_tb = (nr + MM_TOKENS - 1) / MM_TOKENS;

@@ -376,9 +376,9 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed in i16 onto -128·Σw of
  *     the i16 lane's 16 weights (made at the transpose; every partial sum is Σ_seen y·w -
  *     128·Σ_unseen w, |.| <= 16·128·8 = 16384, and a pair (y + 128)·w <= 2·255·8: no wrap, no
- *     saturation), one madd to i32. IQ4_NL (levels up to 127: a pair of (y + 128)·w could saturate): the activations
- *     as they are, per 4 elements maddubs(|w|, sign(y, w)) (|pair| <= 2·127·127) and a madd into
- *     i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9 multiplies per 256
+ *     saturation), one madd to i32. IQ4_NL (levels up to 127: a pair of (y + 128)·w could
+ *     saturate): the activations as they are, per 4 elements maddubs(|w|, sign(y, w)) (|pair| <=
+ *     2·127·127) and a madd into i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9 multiplies per 256
  *     multiply-adds instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone copy: 76 vs 44 G/s).
  *     A token tile is staged once for all the call's sets (staging was ~20 % of the kernel's time
  *     with one set per call), and the two sets run in one tile, each activation broadcast serving
@@ -395,9 +395,10 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     116-122.
  * The i16 (Q4_0) and i32 (IQ4_NL) sums of a tile are pinned to one register each per (token, step)
  * (PIN_REG, simd_avx2.h; Q4_0's maddubs + add is one asm, MADDUBS_ADD16, whose add writes the
- * sum's own register: with the pin alone GCC wrote it elsewhere and copied it back): integer adds are associative, and GCC -O3 otherwise rebuilt each token's
- * chain of 8 adds as a tree over all 32 maddubs results of the block, spilling most of them to the
- * stack (61 ymm stores in the kernel, 13 pinned). `benchmarks/matmul.py -t 1 -n 64 --packed-only`,
+ * sum's own register: with the pin alone GCC wrote it elsewhere and copied it back): integer adds
+ * are associative, and GCC -O3 otherwise rebuilt each token's chain of 8 adds as a tree over all
+ * 32 maddubs results of the block, spilling most of them to the stack (61 ymm stores in the
+ * kernel, 13 pinned). `benchmarks/matmul.py -t 1 -n 64 --packed-only`,
  * 1536 x 4096, three alternated rounds: Q4_0 6.64-6.79 -> 5.22-5.32 ms, 576 x 1536 0.95-1.00 ->
  * 0.78-0.81 ms; and with it the tile beats the GEMV from 3 tokens on (n = 3 / 4: 0.62 / 0.82 ->
  * 0.52 / 0.57 ms), hence X8_SMALL_NX = 2. */
@@ -462,7 +463,8 @@ static ALWAYS_INLINE void q4b_gemv4(const int type, int64_t nb, const uint8_t *g
 }
 
 /* blocks [ib0, ib0 + cb) of the 8 rows transposed (wt[b * 8 + c]: lane r = row r's int8 weights of
- * elements 4c..4c+3), Q4_0's 128·Σ(q - 8) per row (corr[b]) and the rows' d (d8[b]) */
+ * elements 4c..4c+3), Q4_0's -128·Σ(q - 8) over each i16 lane's 16 weights (corr[b]: the start of
+ * the tile's i16 sums) and the rows' d (d8[b]) */
 static ALWAYS_INLINE void q4b_unpack(const int type, int64_t nb, const uint8_t *g0, const uint8_t *g1, int64_t ib0,
                                      int cb, __m256i *wt, __m256i *corr, __m256 *d8) {
     const __m256i off = _mm256_set1_epi8(8), one8 = _mm256_set1_epi8(1);
