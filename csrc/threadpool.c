@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define WORKER_STACK_BYTES ((size_t)8 << 20) /* each worker's stack (glibc's usual default) */
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
@@ -137,15 +139,22 @@ llmrt_threadpool *llmrt_threadpool_new(int n_threads) {
             llmrt_threadpool_free(tp);
             return NULL;
         }
+        /* an explicit stack size: some kernels keep their tiles' staging on the stack (the avx2
+         * Q4_0 prefill frame is ~190 KB), more than some C libraries' default (musl: 128 KB) */
+        pthread_attr_t attr;
+        const int have_attr = pthread_attr_init(&attr) == 0;
+        if (have_attr) (void)pthread_attr_setstacksize(&attr, WORKER_STACK_BYTES);
         for (int i = 0; i < n_threads - 1; i++) {
             tp->workers[i].tp = tp;
             tp->workers[i].ith = i + 1;
-            if (pthread_create(&tp->workers[i].thread, NULL, worker_main, &tp->workers[i]) != 0) {
+            if (pthread_create(&tp->workers[i].thread, have_attr ? &attr : NULL, worker_main, &tp->workers[i]) != 0) {
+                if (have_attr) pthread_attr_destroy(&attr);
                 llmrt_threadpool_free(tp);
                 return NULL;
             }
             tp->n_started++;
         }
+        if (have_attr) pthread_attr_destroy(&attr);
     }
     return tp;
 }
