@@ -26,12 +26,12 @@ static inline size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* ---- group sizes ------------------------------------------------------------------------------ */
 
-static size_t group_bytes_q2_K(int64_t K) { return round64((size_t)(K / QK_K) * Q2K_BG); }
-static size_t group_bytes_q3_K(int64_t K) { return round64((size_t)(K / QK_K) * Q3K_BG); }
-static size_t group_bytes_q4_K(int64_t K) { return round64((size_t)(K / QK_K) * Q4K_BG); }
-static size_t group_bytes_q5_K(int64_t K) { return round64((size_t)(K / QK_K) * Q5K_BG); }
-static size_t group_bytes_q6_K(int64_t K) { return round64((size_t)(K / QK_K) * Q6K_BG); }
-static size_t group_bytes_iq4_xs(int64_t K) { return round64((size_t)(K / QK_K) * IQ4XS_BG); }
+static size_t group_bytes_q2_K(int64_t K) { return pk_group_bytes(K / QK_K, Q2K_BG); }
+static size_t group_bytes_q3_K(int64_t K) { return pk_group_bytes(K / QK_K, Q3K_BG); }
+static size_t group_bytes_q4_K(int64_t K) { return pk_group_bytes(K / QK_K, Q4K_BG); }
+static size_t group_bytes_q5_K(int64_t K) { return pk_group_bytes(K / QK_K, Q5K_BG); }
+static size_t group_bytes_q6_K(int64_t K) { return pk_group_bytes(K / QK_K, Q6K_BG); }
+static size_t group_bytes_iq4_xs(int64_t K) { return pk_group_bytes(K / QK_K, IQ4XS_BG); }
 static size_t group_bytes_f32(int64_t K) { return round64((size_t)K * PK_R * sizeof(float)); }
 static size_t group_bytes_f16(int64_t K) { return round64((size_t)K * PK_R * sizeof(llmrt_fp16_t)); }
 

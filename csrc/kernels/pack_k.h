@@ -30,6 +30,7 @@
 #ifndef LLMRT_KERNELS_PACK_K_H
 #define LLMRT_KERNELS_PACK_K_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define PK_R 8 /* rows per group, every type here */
@@ -42,6 +43,9 @@ enum {
     Q2K_D = 0, Q2K_DMIN = 16, Q2K_SC = 32, Q2K_QS = 160, Q2K_BG = 672,
     IQ4XS_D = 0, IQ4XS_SC = 32, IQ4XS_QS = 96, IQ4XS_BG = 1120,
 };
+
+/* bytes of one group of nb super-blocks of bg bytes each: groups start 64-byte aligned */
+static inline size_t pk_group_bytes(int64_t nb, size_t bg) { return ((size_t)nb * bg + 63) & ~(size_t)63; }
 
 /* byte offset of min m[s] of row r inside a Q4_K / Q5_K block group's m field */
 static inline int pk_min_off(int r, int s) { return 16 * (s / 2) + 2 * r + (s % 2); }

@@ -378,8 +378,9 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     128·Σ_unseen w, |.| <= 16·128·8 = 16384, and a pair (y + 128)·w <= 2·255·8: no wrap, no
  *     saturation), one madd to i32. IQ4_NL (levels up to 127: a pair of (y + 128)·w could
  *     saturate): the activations as they are, per 4 elements maddubs(|w|, sign(y, w)) (|pair| <=
- *     2·127·127) and a madd into i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9 multiplies per 256
- *     multiply-adds instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone copy: 76 vs 44 G/s).
+ *     2·127·127) and a madd into i32. Then cvt, fma with the 8 rows' d_w times d_y. Q4_0 spends 9
+ *     multiplies per 256 multiply-adds instead of tile_q32x2's 16 (Zen 3, 1 thread, a standalone
+ *     copy: 76 vs 44 G/s).
  *     A token tile is staged once for all the call's sets (staging was ~20 % of the kernel's time
  *     with one set per call), and the two sets run in one tile, each activation broadcast serving
  *     both: per activation word 2 weight loads + 4 broadcasts feed 8 maddubs instead of 1 + 4
@@ -398,8 +399,8 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * sum's own register: with the pin alone GCC wrote it elsewhere and copied it back): integer adds
  * are associative, and GCC -O3 otherwise rebuilt each token's chain of 8 adds as a tree over all
  * 32 maddubs results of the block, spilling most of them to the stack (61 ymm stores in the
- * kernel, 13 pinned). `benchmarks/matmul.py -t 1 -n 64 --packed-only`,
- * 1536 x 4096, three alternated rounds: Q4_0 6.64-6.79 -> 5.22-5.32 ms, 576 x 1536 0.95-1.00 ->
+ * kernel, 13 pinned). `benchmarks/matmul.py -t 1 -n 64 --packed-only`, 1536 x 4096, three
+ * alternated rounds: Q4_0 6.64-6.79 -> 5.22-5.32 ms, 576 x 1536 0.95-1.00 ->
  * 0.78-0.81 ms; and with it the tile beats the GEMV from 3 tokens on (n = 3 / 4: 0.62 / 0.82 ->
  * 0.52 / 0.57 ms), hence X8_SMALL_NX = 2. */
 #ifndef X8_SMALL_NX

@@ -147,7 +147,7 @@ static ALWAYS_INLINE void q4k_tile(const int NS, const int NT, __m256i (*const w
 static ALWAYS_INLINE void gemm_q4_K_prefill_ns(const int NS, int64_t K, const uint8_t *group, int n_rows,
                                                const uint8_t *x, size_t x_stride, int n_x, float *y, int64_t y_stride) {
     const int64_t nb = K / QK_K;
-    const size_t gbytes = ((size_t)nb * Q4K_BG + 63) & ~(size_t)63; /* pack_k.h: groups 64-byte aligned */
+    const size_t gbytes = pk_group_bytes(nb, Q4K_BG);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
     _Alignas(32) __m256i w[2][8][8]; /* [group][32-group g][step m], 2 KB each: lane r = quants 32g + 4m .. + 3 of row r */
@@ -241,7 +241,7 @@ static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void 
         return;
     }
     if (n_rows > PK_R) { /* decode, two groups (gemm_groups = 2): one after the other */
-        const size_t gbytes = ((size_t)(K / QK_K) * Q4K_BG + 63) & ~(size_t)63;
+        const size_t gbytes = pk_group_bytes(K / QK_K, Q4K_BG);
         gemm_q4_K_avx2(K, group, PK_R, x, x_stride, n_x, y, y_stride);
         gemm_q4_K_avx2(K, (const uint8_t *)group + gbytes, n_rows - PK_R, x, x_stride, n_x, y + PK_R, y_stride);
         return;
