@@ -98,6 +98,25 @@ def test_gemm_partial_rows(isa_level, t, rng):
 
 
 
+@pytest.mark.parametrize("t", (T.Q4_0, T.IQ4_NL), ids=lambda v: v.name)
+def test_repacked_order_decode_rows_past_the_staging(isa_level, t, rng):
+    """The avx2 decode GEMV (n_x <= 2) stages a token's 8·Σy and d_y for up to 1024 blocks at once
+    and runs longer rows in chunks of that many blocks: a row of 1030 blocks (K = 32960) still
+    has vec_dot's bits."""
+    K, R = 32 * 1030, core.pack_rows(int(t))
+    M = 2 * R + 1
+    w = random_rows(t, K, M, rng)
+    x = random_act(T.Q8_0, K, 2, rng)
+    ref = np.array([[core.vec_dot(int(t), w[m], x[j], K) for m in range(M)] for j in range(2)],
+                   dtype=np.float32)
+    pw = core.pack_weight(w, int(t), K, M)
+    n_rows = min(M, pw.gemm_groups() * R)          # one call (the generic level: one group)
+    for n_x in (1, 2):
+        y = pw.gemm(0, x[:n_x], n_rows)
+        np.testing.assert_array_equal(y.view(np.uint32), ref[:n_x, :n_rows].view(np.uint32),
+                                      err_msg=f"{t.name} n_x={n_x}")
+
+
 def assert_calls_of_several_groups(pw, x, ref, R, M, n_xs, what):
     """Calls of gemm_groups() = G groups from group 0, 1 and the last G (n_rows 1, R + 1, 2R + 1, G·R - 1 and
     all real rows, n_x in n_xs) give ref[token, row] bit for bit (zero past the real rows)."""
