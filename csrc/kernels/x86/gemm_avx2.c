@@ -367,13 +367,13 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * no horizontal sum. dot_avx2.c's vec_dots and these kernels give that, bit for bit with each other
  * (the integers are exact whatever their order). A call holds up to 2·Q4B_SETS groups (64 rows,
  * gemm_groups = 16), 8-row sets, rows in the 8 lanes of a vector:
- *   - n_x <= X8_SMALL_NX (decode, a batched decode step of 2): per token, group and block, each
+ *   - n_x <= X8_SMALL_NX (decode, a batched decode step of 2 or 3): per token, group and block, each
  *     row's 8 i32 lanes (Q4_0: maddubs(q, y), the unsigned nibbles; IQ4_NL: the sign trick on the
  *     levels), summed per row by hsum4_i32 into the 4 rows' isums, Q4_0 then less 8·Σy (made once
  *     per call for the token's blocks, with d_y as f32). Against per-row maddubs(8, y) subtractions
  *     and a vphaddd tree: a standalone copy, one thread, 1536 x 256 from L2, 12.6 -> 11.7 cycles
  *     per (4 rows, block) (llvm-mca -mcpu=znver3: the FP pipes are the bound);
- *   - more tokens (prefill, and batched decode steps from 3 sequences on): the block's quants
+ *   - more tokens (prefill, and batched decode steps from 4 sequences on): the block's quants
  *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3) as int8 w. Q4_0: w =
  *     q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for Q4B_NT tokens;
  *     per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed in i16 onto -128·Σw of
@@ -404,10 +404,14 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * 32 maddubs results of the block, spilling most of them to the stack (61 ymm stores in the
  * kernel, 13 pinned). `benchmarks/matmul.py -t 1 -n 64 --packed-only`, 1536 x 4096, three
  * alternated rounds: Q4_0 6.64-6.79 -> 5.22-5.32 ms, 576 x 1536 0.95-1.00 ->
- * 0.78-0.81 ms; and with it the tile beats the GEMV from 3 tokens on (n = 3 / 4: 0.62 / 0.82 ->
- * 0.52 / 0.57 ms), hence X8_SMALL_NX = 2. */
+ * 0.78-0.81 ms; and with it the tile beats the GEMV from 3 tokens on with the weights in L3 (n = 3
+ * / 4: 0.62 / 0.82 -> 0.52 / 0.57 ms). End to end, weights from DRAM, the GEMV keeps 3 tokens:
+ * `llmrt bench -p 3 -n 0 -r 20`, X8_SMALL_NX 2 and 3 alternated 4 times, t/s: 0.4b Q4_0 110-119
+ * vs 118-122, 1.5b 37.6-41.6 vs 38.4-40.4, 3b 16.8-19.5 vs 18.3-20.8 (the GEMV streams each group
+ * with its arithmetic, the tile transposes a call's weights in one burst first); at 2 tokens the
+ * tile loses clearly (0.4b pp2 96-110 vs 57-75 t/s), at 4 it wins (0.4b pp4 125-135 vs 115-124). */
 #ifndef X8_SMALL_NX
-#define X8_SMALL_NX 2 /* up to this many tokens the per-token GEMV (no transpose to repay) */
+#define X8_SMALL_NX 3 /* up to this many tokens the per-token GEMV (no transpose to repay) */
 #endif
 #define Q4B_NT 4    /* tokens per prefill tile (4 accumulators, 4 integer sums) */
 #define Q4B_CB 64   /* blocks per transposed chunk (K <= 2048 in one; a set's chunk is 16 KB, 128 KB
