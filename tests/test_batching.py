@@ -67,6 +67,26 @@ def test_batched_decode_equals_each_alone(gguf_path, isa_level, family, dtype):
         np.testing.assert_array_equal(got[i], ref[i], err_msg=f"session {i} ({isa_level})")
 
 
+@pytest.mark.parametrize("dtype", ["q8_0", "f16"])
+def test_decode_same_bits_for_any_thread_count(tmp_path, dtype):
+    """A run of up to 4 tokens splits each packed matmul into one contiguous range of groups per
+    thread plus a tail claimed in small chunks (csrc/ops/mul_mat.c, mul_mat_packed): 2, 3 and 5
+    threads give the bits of 1 thread, for 1- and 3-token runs, every step. (Hidden size 256:
+    the FFN and output matmuls are large enough to run on every thread, SINGLE_THREAD_WORK.)"""
+    model, config = tiny_model("llama", seed=0, hidden_size=256, intermediate_size=512)
+    path = write_gguf(model, config, tmp_path / f"{dtype}.gguf", dtype=dtype)
+    prompt = _ids(9, seed=3)
+    got = {}
+    for nt in (1, 2, 3, 5):
+        m = Model(path, n_threads=nt, kv_dtype="f16")
+        s = m.new_session(ctx_size=64)
+        s.eval(prompt)
+        got[nt] = np.stack([s.eval([7 + t]).copy() for t in range(6)] + [s.eval([1, 2, 3]).copy()])
+        assert np.isfinite(got[nt]).all()
+    for nt in (2, 3, 5):
+        np.testing.assert_array_equal(got[nt], got[1], err_msg=f"{dtype}, {nt} threads")
+
+
 def test_batch_of_chunks_equals_each_alone(gguf_path):
     """Several tokens per session in one batch (prefill chunks next to decode tokens), sessions
     of different cache sizes and modes: the last row of each equals its session alone."""

@@ -11,9 +11,13 @@
  * both threads work on the same token block (its activations stay in L2) on different weights.
  * A group's R rows (or kt->gemm_groups consecutive groups) are fed to kt->gemm for all tokens of
  * the block at once (the groups, a few KB, stay in L1 while the kernel tiles the tokens). Group
- * ranges are sized for at least MM_CHUNKS_PER_THREAD chunks per thread per token block (decode:
- * many small chunks, so no thread idles at the end of a node), at most MM_CHUNK_BYTES of weights
- * (rounded up to whole gemm calls in a prefill).
+ * ranges are sized for at least MM_CHUNKS_PER_THREAD chunks per thread per token block, at most
+ * MM_CHUNK_BYTES of weights (rounded up to whole gemm calls in a prefill). Decode (up to
+ * MM_FEW_TOKENS tokens, more than one thread) is read from memory rather than computed: each thread
+ * streams one contiguous range of 7/8 of the groups, and only the last 1/8 is claimed in small
+ * chunks (see mul_mat_packed). Chunks claimed in turn had each thread jump from one 16-64 KB piece
+ * to the next, every start a new stream for the prefetchers, and the two threads take turns on one
+ * counter's cache line: decode ran 7-40 % slower (benchmarks/README.md).
  *
  * AMX (amx.h): a weight with an AMX copy, in a run of >= LLMRT_AMX_MIN_TOKENS tokens while
  * llmrt_amx_matmul() is on, goes to llmrt_amx_gemm_int8 instead: chunks are MM_AMX_ROWS weight
@@ -35,12 +39,14 @@
 #define MM_TOKENS 64              /* tokens per chunk (packed): 64 x K activation bytes stay in L2 */
 #define MM_CHUNKS_PER_THREAD 8    /* packed: at least this many chunks per thread and token block */
 #define MM_CHUNK_BYTES (64 << 10) /* packed: at most this many weight bytes per chunk */
-#define MM_FEW_TOKENS 4           /* packed: up to this many tokens (decode, a batched decode step) a
-                                   * chunk is not rounded up to whole calls of gemm_groups groups:
-                                   * a call's size matters to prefill (e.g. the avx2 Q4_0 kernel
-                                   * stages its tokens once per call, for 64 rows), while a decode
-                                   * step wants many chunks (16-group chunks of a 1536-row matrix
-                                   * are 24, 1.5 per thread on 16 threads) */
+#define MM_FEW_TOKENS 4           /* packed: up to this many tokens (decode, a batched decode step)
+                                   * the threads stream contiguous ranges (MM_TAIL); above, chunks are
+                                   * whole calls of gemm_groups groups (a call's size matters to
+                                   * prefill: e.g. the avx2 Q4_0 kernel stages its tokens once per
+                                   * call, for 64 rows) */
+#define MM_TAIL 8                 /* packed decode: the last 1/MM_TAIL of a matrix's groups is shared by
+                                   * claims, the rest split into one contiguous range per thread */
+#define MM_TAIL_CHUNKS 4          /* packed decode: claimed chunks of the tail per thread */
 #define MM_AMX_ROWS 64            /* AMX: weight rows per chunk (a multiple of LLMRT_AMX_ROW_STEP) */
 #define MM_AMX_TOKENS 32          /* AMX bf16: tokens per chunk (their bf16 rows in the thread's scratch) */
 
@@ -64,14 +70,43 @@ void llmrt_compute_quantize(const llmrt_compute_params *p, llmrt_tensor *dst) {
     }
 }
 
+/* groups [g0, g1) of pw for n_x tokens from xj into yj, in calls of up to G groups */
+static void mm_groups(const llmrt_packed *pw, llmrt_gemm_fn gemm, int G, int64_t g0, int64_t g1, const char *xj,
+                      size_t xs, int n_x, float *yj, int64_t ys) {
+    for (int64_t g = g0; g < g1; g += G) {
+        const int64_t gr = (g1 - g < G ? g1 - g : G) * pw->R;     /* rows of this call's groups */
+        const int n_rows = (int)(pw->M - g * pw->R < gr ? pw->M - g * pw->R : gr);
+        gemm(pw->K, (const char *)pw->data + (size_t)g * pw->group_bytes, n_rows, xj, xs, n_x, yj + g * pw->R, ys);
+    }
+}
+
 static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llmrt_gemm_fn gemm,
                            int gemm_groups) {
     const llmrt_packed *pw = dst->src[0]->packed;
     const llmrt_tensor *x = dst->src[1];
     const int64_t nr = llmrt_nrows(x);
-    const int R = pw->R;
     const int64_t ng = pw->n_groups;
     const int G = gemm_groups > 1 ? gemm_groups : 1;             /* groups per gemm call */
+    const size_t xs = x->nb[1];
+    const int64_t ys = (int64_t)(dst->nb[1] / sizeof(float));
+    if (nr <= MM_FEW_TOKENS && p->nth > 1) {
+        /* decode: thread ith streams the ith of nth equal contiguous ranges of the first
+         * ng - ng / MM_TAIL groups (one sequential read, what the hardware prefetcher follows and
+         * the kernels' prefetches run ahead in), then the last ng / MM_TAIL groups go in small
+         * claimed chunks to whichever thread is done first (a late or slowed thread costs the node
+         * at most that tail). */
+        const int64_t tail = ng / MM_TAIL, head = ng - tail;
+        mm_groups(pw, gemm, G, head * p->ith / p->nth, head * (p->ith + 1) / p->nth, (const char *)x->data, xs,
+                  (int)nr, (float *)dst->data, ys);
+        int64_t tpc = tail / ((int64_t)MM_TAIL_CHUNKS * p->nth);  /* groups per tail chunk */
+        if (tpc < 1) tpc = 1;
+        for (int64_t c = llmrt_claim(p); c * tpc < tail; c = llmrt_claim(p)) {
+            const int64_t g0 = head + c * tpc;
+            mm_groups(pw, gemm, G, g0, g0 + tpc < ng ? g0 + tpc : ng, (const char *)x->data, xs, (int)nr,
+                      (float *)dst->data, ys);
+        }
+        return;
+    }
     int64_t gpc = ng / ((int64_t)MM_CHUNKS_PER_THREAD * p->nth);  /* groups per chunk */
     const int64_t gmax = (int64_t)(MM_CHUNK_BYTES / pw->group_bytes);
     if (gpc > gmax) gpc = gmax;
@@ -80,21 +115,12 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
     const int64_t n_gc = (ng + gpc - 1) / gpc;
     const int64_t n_tb = (nr + MM_TOKENS - 1) / MM_TOKENS;
     const int64_t n_chunks = n_gc * n_tb;
-    const size_t xs = x->nb[1];
-    const int64_t ys = (int64_t)(dst->nb[1] / sizeof(float));
     for (int64_t c = llmrt_claim(p); c < n_chunks; c = llmrt_claim(p)) {
         const int64_t j0 = (c / n_gc) * MM_TOKENS;
         const int n_x = (int)(nr - j0 < MM_TOKENS ? nr - j0 : MM_TOKENS);
         const int64_t g0 = (c % n_gc) * gpc;
-        const int64_t g1 = g0 + gpc < ng ? g0 + gpc : ng;
-        const char *xj = (const char *)x->data + (size_t)j0 * xs;
-        float *yj = (float *)dst->data + j0 * ys;
-        for (int64_t g = g0; g < g1; g += G) {
-            const int64_t gr = (g1 - g < G ? g1 - g : G) * R;     /* rows of this call's groups */
-            const int n_rows = (int)(pw->M - g * R < gr ? pw->M - g * R : gr);
-            gemm(pw->K, (const char *)pw->data + (size_t)g * pw->group_bytes, n_rows, xj, xs, n_x,
-                 yj + g * R, ys);
-        }
+        mm_groups(pw, gemm, G, g0, g0 + gpc < ng ? g0 + gpc : ng, (const char *)x->data + (size_t)j0 * xs, xs, n_x,
+                  (float *)dst->data + j0 * ys, ys);
     }
 }
 
