@@ -16,8 +16,9 @@
  * MM_FEW_TOKENS tokens, more than one thread) is read from memory rather than computed: each thread
  * streams one contiguous range of 7/8 of the groups, and only the last 1/8 is claimed in small
  * chunks (see mul_mat_packed). Chunks claimed in turn had each thread jump from one 16-64 KB piece
- * to the next, every start a new stream for the prefetchers, and the two threads take turns on one
- * counter's cache line: decode ran 7-40 % slower (benchmarks/README.md).
+ * to the next, every start a new stream for the prefetchers, and the threads take turns on one
+ * counter's cache line: decode ran slower on every file measured, by up to a quarter
+ * (benchmarks/README.md).
  *
  * AMX (amx.h): a weight with an AMX copy, in a run of >= LLMRT_AMX_MIN_TOKENS tokens while
  * llmrt_amx_matmul() is on, goes to llmrt_amx_gemm_int8 instead: chunks are MM_AMX_ROWS weight
@@ -93,8 +94,8 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
         /* decode: thread ith streams the ith of nth equal contiguous ranges of the first
          * ng - ng / MM_TAIL groups (one sequential read, what the hardware prefetcher follows and
          * the kernels' prefetches run ahead in), then the last ng / MM_TAIL groups go in small
-         * claimed chunks to whichever thread is done first (a late or slowed thread costs the node
-         * at most that tail). */
+         * claimed chunks to whichever thread is done first (a thread that starts late or runs slower
+         * is helped by up to that much; further behind, the node waits for it). */
         const int64_t tail = ng / MM_TAIL, head = ng - tail;
         mm_groups(pw, gemm, G, head * p->ith / p->nth, head * (p->ith + 1) / p->nth, (const char *)x->data, xs,
                   (int)nr, (float *)dst->data, ys);
