@@ -88,6 +88,8 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
     const int64_t nr = llmrt_nrows(x);
     const int64_t ng = pw->n_groups;
     const int G = gemm_groups > 1 ? gemm_groups : 1;             /* groups per gemm call */
+    const char *xd = (const char *)x->data;
+    float *yd = (float *)dst->data;
     const size_t xs = x->nb[1];
     const int64_t ys = (int64_t)(dst->nb[1] / sizeof(float));
     if (nr <= MM_FEW_TOKENS && p->nth > 1) {
@@ -97,14 +99,12 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
          * claimed chunks to whichever thread is done first (a thread that starts late or runs slower
          * is helped by up to that much; further behind, the node waits for it). */
         const int64_t tail = ng / MM_TAIL, head = ng - tail;
-        mm_groups(pw, gemm, G, head * p->ith / p->nth, head * (p->ith + 1) / p->nth, (const char *)x->data, xs,
-                  (int)nr, (float *)dst->data, ys);
+        mm_groups(pw, gemm, G, head * p->ith / p->nth, head * (p->ith + 1) / p->nth, xd, xs, (int)nr, yd, ys);
         int64_t tpc = tail / ((int64_t)MM_TAIL_CHUNKS * p->nth);  /* groups per tail chunk */
         if (tpc < 1) tpc = 1;
         for (int64_t c = llmrt_claim(p); c * tpc < tail; c = llmrt_claim(p)) {
             const int64_t g0 = head + c * tpc;
-            mm_groups(pw, gemm, G, g0, g0 + tpc < ng ? g0 + tpc : ng, (const char *)x->data, xs, (int)nr,
-                      (float *)dst->data, ys);
+            mm_groups(pw, gemm, G, g0, g0 + tpc < ng ? g0 + tpc : ng, xd, xs, (int)nr, yd, ys);
         }
         return;
     }
@@ -120,8 +120,7 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
         const int64_t j0 = (c / n_gc) * MM_TOKENS;
         const int n_x = (int)(nr - j0 < MM_TOKENS ? nr - j0 : MM_TOKENS);
         const int64_t g0 = (c % n_gc) * gpc;
-        mm_groups(pw, gemm, G, g0, g0 + gpc < ng ? g0 + gpc : ng, (const char *)x->data + (size_t)j0 * xs, xs, n_x,
-                  (float *)dst->data + j0 * ys, ys);
+        mm_groups(pw, gemm, G, g0, g0 + gpc < ng ? g0 + gpc : ng, xd + (size_t)j0 * xs, xs, n_x, yd + j0 * ys, ys);
     }
 }
 
