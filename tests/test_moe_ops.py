@@ -132,6 +132,53 @@ def test_fused_gate_up_and_down(t, rng):
             assert np.isfinite(a).all() and np.abs(a).max() > 0
 
 
+@pytest.mark.parametrize("t", (T.Q4_0, T.Q8_0, T.Q4_K, T.F16), ids=lambda t: t.name)
+def test_mul_mat_id_decode_same_bits_for_any_thread_count(t, rng):
+    """Runs where no expert has more than 4 rows (decode, a batched decode step) split each expert
+    matmul into one contiguous range of 64-row chunks per thread plus a tail claimed in turn
+    (csrc/ops/moe.c): with 1, 2, 3 and 5 threads, 1, 3 and 4 tokens, every (token, slot) row equals
+    MUL_MAT of the chosen expert, and the fused gate/up gives the bits of 1 thread. (640 rows per
+    expert: 10 chunks each, so the ranges end inside experts and the tail is not empty.)"""
+    K, F = 256, 640
+    emb, router = _emb(K, 97, rng), _router(K, rng)
+    wg, wu = expert_rows(t, K, E * F, rng), expert_rows(t, K, E * F, rng)
+
+    def graph(nt, build):
+        g = core.Graph(8, nt, pack=True)
+        g.single_thread_work = 0
+        g.set_output(build(g))
+        g.build()
+        return g
+
+    def build_id(fused):
+        def b(g):
+            x = g.get_rows(g.weight(emb, 0, emb.shape[::-1]), g.input_tokens())
+            r = g.moe_route(g.mul_mat(g.weight(router, 0, router.shape[::-1]), x), TOPK)
+            if not fused:
+                return g.mul_mat_id(_weight(g, wg, t, (K, F, E)), x, r)
+            return g.mul_mat_id(_weight(g, wg, t, (K, F, E)), x, r, up=_weight(g, wu, t, (K, F, E)), act="silu")
+        return b
+
+    for n in (1, 3, 4):
+        _, ids = _route_ids(emb, router, n)
+        assert np.bincount(ids.ravel()).max() <= 4
+        fused_1 = None
+        for nt in (1, 2, 3, 5):
+            got = _run(graph(nt, build_id(False)), n)         # [n, k, F]
+            for e in np.unique(ids):
+                def build_dense(g, e=e):
+                    x = g.get_rows(g.weight(emb, 0, emb.shape[::-1]), g.input_tokens())
+                    return g.mul_mat(_weight(g, wg[e * F:(e + 1) * F], t, (K, F)), x)
+                dense = _run(graph(1, build_dense), n)
+                tok, slot = np.nonzero(ids == e)
+                np.testing.assert_array_equal(got[tok, slot], dense[tok], err_msg=f"{n} tokens, {nt} threads, expert {e}")
+            fused = _run(graph(nt, build_id(True)), n)
+            assert np.isfinite(fused).all() and np.abs(fused).max() > 0
+            if fused_1 is None:
+                fused_1 = fused
+            np.testing.assert_array_equal(fused, fused_1, err_msg=f"fused, {n} tokens, {nt} threads")
+
+
 def _np_route(logits, k, gating, norm, scale, bias):
     l64 = logits.astype(np.float64)
     if gating == "softmax":

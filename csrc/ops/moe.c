@@ -19,9 +19,11 @@
  * grouping in its scratch: O(n k + n_expert), no barrier), so each chosen expert's weights are
  * streamed once for all its tokens and an expert nobody chose is never read (decode reads k
  * experts). Chunks are (expert, block of ID_TOKENS of its rows, ID_ROWS weight rows — more when
- * no expert has ID_TOKENS rows, up to about ID_CHUNK_BYTES of weights: decode), claimed from
- * the node's counter token-block-major within an expert, so a skewed routing (one expert with
- * most tokens) still splits into many chunks and no thread idles. A chunk gathers its
+ * no expert has ID_TOKENS rows, up to about ID_CHUNK_BYTES of weights), claimed from the node's
+ * counter token-block-major within an expert, so a skewed routing (one expert with most tokens)
+ * still splits into many chunks and no thread idles. Decode (no expert with more than
+ * ID_FEW_TOKENS rows) on more than one thread reads rather than computes: each thread streams one
+ * contiguous range of ID_ROWS-row chunks and only the last 1/ID_TAIL is claimed. A chunk gathers its
  * activation rows into the thread's scratch once per (expert, token block) and runs the level's
  * packed gemm (gemm.h; a 3-D weight is packed as n_expert * M rows, expert e's groups starting
  * at e * M / R) or, for weights without a packed copy, vec_dot row by row; results go through a
@@ -44,7 +46,10 @@
 #define ID_TOKENS 64   /* rows of one expert per chunk */
 #define ID_ROWS 64     /* weight rows per chunk: a multiple of every pack_rows (4, 8) and of the
                           AMX row step; decode-sized runs take up to ID_TOKENS * ID_ROWS / n */
-#define ID_CHUNK_BYTES (128 << 10)   /* decode: chunks of about this many weight bytes */
+#define ID_CHUNK_BYTES (128 << 10)   /* few tokens, one thread: chunks of about this many weight bytes */
+#define ID_FEW_TOKENS 4  /* decode (and a batched decode step): no expert has more tokens than this */
+#define ID_TAIL 8        /* decode, more than one thread: the last 1/ID_TAIL of the chunks is claimed,
+                          * the rest split into one contiguous range of chunks per thread */
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
 /* ---- MOE_ROUTE --------------------------------------------------------------------------- */
@@ -242,6 +247,13 @@ void llmrt_compute_mul_mat_id(const llmrt_compute_params *p, llmrt_tensor *dst) 
         rpc = by_bytes < by_buf ? by_bytes : by_buf;
         if (rpc < ID_ROWS) rpc = ID_ROWS;
     }
+    /* Decode with more than one thread: as MUL_MAT's decode (mul_mat.c), each thread streams one
+     * contiguous range of the first n_chunks - n_chunks / ID_TAIL chunks (expert after expert,
+     * each expert's rows in order: consecutive chunks of an expert are consecutive weight bytes)
+     * and only the rest is claimed from the counter. Chunks of ID_ROWS rows make the ranges even;
+     * the chunk size no longer decides how far a thread reads in one stream. */
+    const int split = tmax <= ID_FEW_TOKENS && p->nth > 1;
+    if (split) rpc = ID_ROWS;
     const int64_t n_rc = (M + rpc - 1) / rpc;
     s.off[0] = 0;
     s.cstart[0] = 0;
@@ -261,8 +273,12 @@ void llmrt_compute_mul_mat_id(const llmrt_compute_params *p, llmrt_tensor *dst) 
     const int64_t K = w->ne[0];
     int64_t e = 0, have_e = -1, have_tb = -1;
     int have_amx = 0;
-    for (int64_t c = llmrt_claim(p); c < n_chunks; c = llmrt_claim(p)) {
-        while (s.cstart[e + 1] <= c) e++;             /* claims only grow: e only moves forward */
+    const int64_t head = split ? n_chunks - n_chunks / ID_TAIL : 0;
+    const int64_t c_lo = head * p->ith / p->nth, c_hi = head * (p->ith + 1) / p->nth;
+    /* this thread's range [c_lo, c_hi), then claims of [head, n_chunks): c only grows */
+    for (int64_t c = c_lo < c_hi ? c_lo : head + llmrt_claim(p); c < n_chunks;
+         c = c + 1 < c_hi ? c + 1 : head + llmrt_claim(p)) {
+        while (s.cstart[e + 1] <= c) e++;             /* c only grows: e only moves forward */
         const int64_t local = c - s.cstart[e];
         const int64_t tb = local / n_rc, r0 = (local % n_rc) * rpc;
         const int64_t r1 = r0 + rpc < M ? r0 + rpc : M;
