@@ -49,7 +49,21 @@ static inline void q32_qh_nibbles(uint32_t h, uint8_t nib[8]) {
     }
 }
 
-static inline void pack_q32(int type, const void *src, size_t src_row_bytes, int64_t K, int rows, void *group) {
+/* the nibble of element i (0..31) of row r in block ib's 64 quant bytes: byte offset, and shift (0 low,
+ * 4 high). pairs: Q4_0 / IQ4_NL's word pairs (gemm_q32.h), else rows 2p and 2p + 1 sharing bytes. */
+static inline int q32_nib_at(int pairs, int r, int i, int *shift) {
+    if (pairs) {
+        const int j = i / 8, g = (i / 4) % 2;  /* word pair, word in the pair */
+        *shift = 4 * (j % 2);
+        return 32 * (j / 2) + 8 * r + 4 * g + i % 4;
+    }
+    *shift = 4 * (r % 2);
+    return 32 * (r / 2) + i;
+}
+
+/* pairs: the quants in word pairs (q32_pairs(type) for a weight's own type; 0 for the WQ ids) */
+static inline void pack_q32(int type, int pairs, const void *src, size_t src_row_bytes, int64_t K, int rows,
+                            void *group) {
     const int64_t nb = K / 32;
     const size_t bs = llmrt_type_traits_get(type)->type_size;
     const int nsc = q32_nsc(type);
@@ -60,7 +74,7 @@ static inline void pack_q32(int type, const void *src, size_t src_row_bytes, int
     memset(group, 0, q32_group_bytes(type, nb));
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = (const uint8_t *)src + (size_t)r * src_row_bytes;
-        const int sh = 4 * (r % 2); /* rows 2p and 2p + 1 share bytes: low / high nibble */
+        const int sh = 4 * (r % 2); /* qh: rows 2p and 2p + 1 share bytes: low / high nibble */
         for (int64_t ib = 0; ib < nb; ib++) {
             const uint8_t *b = row + (size_t)ib * bs;
             memcpy(sc + ((size_t)ib * nsc * Q32_R + r) * 2, b, 2); /* d */
@@ -78,17 +92,18 @@ static inline void pack_q32(int type, const void *src, size_t src_row_bytes, int
                 memcpy(qs + (size_t)ib * Q32_R * 32 + 32 * r, bq, 32);
             } else {
                 /* element i < 16 is the low nibble of bq[i], element 16 + i its high nibble */
-                uint8_t *dst = qs + (size_t)ib * Q32_R * 16 + 32 * (r / 2);
-                for (int i = 0; i < 16; i++) {
-                    dst[i] |= (uint8_t)((bq[i] & 0x0f) << sh);
-                    dst[16 + i] |= (uint8_t)((bq[i] >> 4) << sh);
+                uint8_t *dst = qs + (size_t)ib * Q32_R * 16;
+                for (int i = 0; i < 32; i++) {
+                    int s;
+                    const int o = q32_nib_at(pairs, r, i, &s);
+                    dst[o] |= (uint8_t)(((i < 16 ? bq[i] : bq[i - 16] >> 4) & 0x0f) << s);
                 }
             }
         }
     }
 }
 
-static void unpack_q32(int type, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes) {
+static void unpack_q32(int type, int pairs, int64_t K, const void *group, int rows, void *dst, size_t dst_row_bytes) {
     const int64_t nb = K / 32;
     const size_t bs = llmrt_type_traits_get(type)->type_size;
     const int nsc = q32_nsc(type);
@@ -111,11 +126,11 @@ static void unpack_q32(int type, int64_t K, const void *group, int rows, void *d
             if (q32_qsb(type) == 32) {
                 memcpy(bq, qs + (size_t)ib * Q32_R * 32 + 32 * r, 32);
             } else {
-                const uint8_t *p = qs + (size_t)ib * Q32_R * 16 + 32 * (r / 2);
+                const uint8_t *p = qs + (size_t)ib * Q32_R * 16;
                 for (int i = 0; i < 16; i++) {
-                    const int lo = (r % 2 ? p[i] >> 4 : p[i]) & 0x0f;
-                    const int hi = (r % 2 ? p[i + 16] >> 4 : p[i + 16]) & 0x0f;
-                    bq[i] = (uint8_t)(lo | hi << 4);
+                    int s0, s1;
+                    const int o0 = q32_nib_at(pairs, r, i, &s0), o1 = q32_nib_at(pairs, r, i + 16, &s1);
+                    bq[i] = (uint8_t)(((p[o0] >> s0) & 0x0f) | ((p[o1] >> s1) & 0x0f) << 4);
                 }
             }
         }
@@ -125,7 +140,7 @@ static void unpack_q32(int type, int64_t K, const void *group, int rows, void *d
 #define Q32_LAYOUT(T, t)                                                                           \
     static size_t pack_group_bytes_##t(int64_t K) { return q32_group_bytes(LLMRT_TYPE_##T, K / 32); } \
     static void pack_##t(const void *src, size_t srb, int64_t K, int rows, void *group) {          \
-        pack_q32(LLMRT_TYPE_##T, src, srb, K, rows, group);                                        \
+        pack_q32(LLMRT_TYPE_##T, q32_pairs(LLMRT_TYPE_##T), src, srb, K, rows, group);             \
     }
 Q32_LAYOUT(Q4_0, q4_0)
 Q32_LAYOUT(Q4_1, q4_1)
@@ -134,16 +149,22 @@ Q32_LAYOUT(Q5_1, q5_1)
 Q32_LAYOUT(Q8_0, q8_0)
 Q32_LAYOUT(IQ4_NL, iq4_nl)
 Q32_LAYOUT(WQ_Q8A, q8a)
+/* the WQ_Q4_0 float-activation ids: Q4_0's layout with the quants in rows (wq_avx2.c reads them so) */
+static void pack_q4_0_rows(const void *src, size_t srb, int64_t K, int rows, void *group) {
+    pack_q32(LLMRT_TYPE_Q4_0, 0, src, srb, K, rows, group);
+}
+#define pack_group_bytes_q4_0_rows pack_group_bytes_q4_0
 
 /* ---- 32-element block types: portable gemm ------------------------------------------------------ */
 
 /* quant of element i (0..31) of row r in block ib: Q8_0 / WQ_Q8A signed, Q4/Q5 unsigned 0..15 / 0..31,
- * IQ4_NL its level kvalues_iq4nl[nibble] */
-static inline int q32_q(int type, const uint8_t *group, int64_t nb, int64_t ib, int r, int i) {
+ * IQ4_NL its level kvalues_iq4nl[nibble]; pairs as pack_q32 */
+static inline int q32_q(int type, int pairs, const uint8_t *group, int64_t nb, int64_t ib, int r, int i) {
     const uint8_t *qs = group + q32_qs_off(type, nb);
     if (q32_qsb(type) == 32) return (int8_t)qs[ib * Q32_R * 32 + 32 * r + i];
-    const uint8_t byte = qs[ib * Q32_R * 16 + 32 * (r / 2) + i];
-    int q = (r % 2 ? byte >> 4 : byte) & 0x0f;
+    int s;
+    const int o = q32_nib_at(pairs, r, i, &s);
+    int q = (qs[ib * Q32_R * 16 + o] >> s) & 0x0f;
     if (q32_has_qh(type)) {
         const uint8_t h = group[q32_qh_off(type, nb) + ib * Q32_R * 4 + 8 * (r / 2) + i % 8];
         q |= ((h >> (4 * (r % 2) + i / 8)) & 1) << 4;
@@ -170,7 +191,7 @@ static inline float dot_q32_generic(int type, const uint8_t *group, int64_t nb, 
         if (q8_1) memcpy(&ys, yb + 2, 2);
         const int8_t *yq = (const int8_t *)(yb + (q8_1 ? 4 : 2));
         int sumi = 0;
-        for (int i = 0; i < 32; i++) sumi += (q32_q(type, group, nb, ib, r, i) - off) * yq[i];
+        for (int i = 0; i < 32; i++) sumi += (q32_q(type, q32_pairs(type), group, nb, ib, r, i) - off) * yq[i];
         const float xd = FP16(q32_sc(type, group, nb, ib, 0, r));
         switch (type) {
         case LLMRT_TYPE_Q8_0: sumf += (float)sumi * (xd * FP16(yd)); break;
@@ -233,7 +254,7 @@ static inline float dot_wqf_generic(int type, const uint8_t *group, int64_t nb, 
         const float m = q32_nsc(layout) == 2 ? FP16(q32_sc(layout, group, nb, ib, 1, r)) : 0.0f;
         float w[32];
         for (int j = 0; j < 32; j++) {
-            const int q = q32_q(layout, group, nb, ib, r, j);
+            const int q = q32_q(layout, 0, group, nb, ib, r, j);
             switch (layout) {
             case LLMRT_TYPE_Q4_0: w[j] = (float)(q - 8) * d; break;
             case LLMRT_TYPE_Q4_1: w[j] = (float)q * d + m; break;
@@ -285,12 +306,12 @@ int llmrt_unpack_group(int type, int64_t K, const void *group, int rows, void *d
     case LLMRT_TYPE_Q4_0: case LLMRT_TYPE_Q4_1: case LLMRT_TYPE_Q5_0: case LLMRT_TYPE_Q5_1:
     case LLMRT_TYPE_Q8_0: case LLMRT_TYPE_IQ4_NL: case LLMRT_TYPE_WQ_Q8A:
         if (K <= 0 || K % 32 != 0 || rows < 0 || rows > Q32_R) return LLMRT_EINVAL;
-        unpack_q32(type, K, group, rows, dst, dst_row_bytes);
+        unpack_q32(type, q32_pairs(type), K, group, rows, dst, dst_row_bytes);
         return LLMRT_OK;
     default:
         if (wqf_layout(type) >= 0) {
             if (K <= 0 || K % 32 != 0 || rows < 0 || rows > Q32_R) return LLMRT_EINVAL;
-            unpack_q32(wqf_layout(type), K, group, rows, dst, dst_row_bytes);
+            unpack_q32(wqf_layout(type), 0, K, group, rows, dst, dst_row_bytes);
             return LLMRT_OK;
         }
         return llmrt_unpack_group_k(type, K, group, rows, dst, dst_row_bytes); /* gemm_k_generic.c */
@@ -547,11 +568,11 @@ void llmrt_register_gemm_kernels_generic(llmrt_kernel_table *kt) {
     /* the float-activation private ids keep their layout's groups */
 #define WQF(T, t, L) do { kt->pack_rows[LLMRT_TYPE_##T] = Q32_R; kt->pack_group_bytes[LLMRT_TYPE_##T] = pack_group_bytes_##L; \
                           kt->pack[LLMRT_TYPE_##T] = pack_##L; REG(T, gemm_##t##_generic); } while (0)
-    WQF(WQ_Q4_0_F32, wq_q4_0_f32, q4_0);
+    WQF(WQ_Q4_0_F32, wq_q4_0_f32, q4_0_rows);
     WQF(WQ_Q4_1_F32, wq_q4_1_f32, q4_1);
     WQF(WQ_Q8_0_F32, wq_q8_0_f32, q8_0);
     WQF(WQ_Q8A_F32, wq_q8a_f32, q8a);
-    WQF(WQ_Q4_0_BF16, wq_q4_0_bf16, q4_0);
+    WQF(WQ_Q4_0_BF16, wq_q4_0_bf16, q4_0_rows);
     WQF(WQ_Q4_1_BF16, wq_q4_1_bf16, q4_1);
     WQF(WQ_Q8_0_BF16, wq_q8_0_bf16, q8_0);
     WQF(WQ_Q8A_BF16, wq_q8a_bf16, q8a);

@@ -20,10 +20,19 @@
  *                                byte shuffle; padded to 64 bytes;
  *   qs  [nb][Q32_R * qsb]      quants, qsb = 32 bytes per row and block for Q8_0, 16 for the others:
  *                                Q8_0 / WQ_Q8A: row r's 32 int8 at ib * 128 + 32 * r (as in the block);
- *                                Q4/Q5/IQ4_NL: the low 4 bits of rows 2p and 2p + 1 share 32 bytes at
- *                                ib * 64 + 32 * p: byte i = q(2p, i) | q(2p + 1, i) << 4, i = element
+ *                                Q4_1/Q5 ("rows"): the low 4 bits of rows 2p and 2p + 1 share 32 bytes
+ *                                at ib * 64 + 32 * p: byte i = q(2p, i) | q(2p + 1, i) << 4, i = element
  *                                0..31 of the block (GGUF keeps elements i and i + 16 in one byte),
- *                                so one 32-byte load and two masks give both rows' 32 quants.
+ *                                so one 32-byte load and two masks give both rows' 32 quants;
+ *                                Q4_0/IQ4_NL ("word pairs", q32_pairs): the 4 rows' 64 bytes at ib * 64
+ *                                hold two vectors h = 0, 1; byte 32 h + 8 r + 4 g + i (row r, g = 0, 1,
+ *                                i < 4) = q(r, 16 h + 4 g + i) | q(r, 16 h + 8 + 4 g + i) << 4. So the
+ *                                low (high) nibbles of vector h are, for word pair j = 2 h (2 h + 1),
+ *                                each row's activation words 2 j and 2 j + 1 (elements 8 j .. 8 j + 7)
+ *                                in i32 lanes 2 r and 2 r + 1: one 8-byte broadcast of the activations
+ *                                serves the 4 rows, and a row's block sum needs no per-row horizontal
+ *                                sum (gemm_avx2.c's GEMV). The WQ_Q4_0 float-activation ids pack
+ *                                Q4_0's layout with rows (gemm_generic.c).
  *
  * Every region starts 64-byte aligned (so every 32-byte quant load is aligned) and the group is a
  * multiple of 64 bytes. Rows past the tensor's last row are zero (d = 0).
@@ -44,6 +53,8 @@ static inline int q32_signed(int type) { return q32_qsb(type) == 32 || type == L
 static inline int q32_has_qh(int type) { return type == LLMRT_TYPE_Q5_0 || type == LLMRT_TYPE_Q5_1; }
 /* the offset of the unsigned quants: the weight is q - off (Q4_0 8, Q5_0 16, else 0) */
 static inline int q32_off(int type) { return type == LLMRT_TYPE_Q4_0 ? 8 : type == LLMRT_TYPE_Q5_0 ? 16 : 0; }
+/* Q4_0 / IQ4_NL weights: their quants in word pairs (above), every other type in rows */
+static inline int q32_pairs(int type) { return type == LLMRT_TYPE_Q4_0 || type == LLMRT_TYPE_IQ4_NL; }
 static inline int q32_nsc(int type) {
     return (type == LLMRT_TYPE_Q4_1 || type == LLMRT_TYPE_Q5_1 || type == LLMRT_TYPE_WQ_Q8A) ? 2 : 1;
 }

@@ -375,14 +375,19 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * no horizontal sum. dot_avx2.c's vec_dots and these kernels give that, bit for bit with each other
  * (the integers are exact whatever their order). A call holds up to 2·Q4B_SETS groups (64 rows,
  * gemm_groups = 16), 8-row sets, rows in the 8 lanes of a vector:
- *   - n_x <= X8_SMALL_NX (decode, a batched decode step of 2 or 3): per token, group and block, each
- *     row's 8 i32 lanes (Q4_0: maddubs(q, y), the unsigned nibbles; IQ4_NL: the sign trick on the
- *     levels), summed per row by hsum4_i32 into the 4 rows' isums, Q4_0 then less 8·Σy (made once
- *     per call for the token's blocks, with d_y as f32). Against per-row maddubs(8, y) subtractions
- *     and a vphaddd tree: a standalone copy, one thread, 1536 x 256 from L2, 12.6 -> 11.7 cycles
- *     per (4 rows, block) (llvm-mca -mcpu=znver3: the FP pipes are the bound);
+ *   - n_x <= X8_SMALL_NX (decode, a batched decode step of 2 or 3): per token, group and block, from
+ *     the quants in word pairs (gemm_q32.h): per pair vector j one 8-byte broadcast of the token's
+ *     words 2j, 2j + 1 serves the 4 rows (Q4_0: maddubs(q, y) of the unsigned nibbles, the 4
+ *     summed in i16, one madd; IQ4_NL: the sign trick on the levels, a madd each), giving lane 2r + g
+ *     row r's sum over its words 2j + g; two blocks' lanes are joined by one vphaddd + vpermq into
+ *     the 4 rows' isums of both, Q4_0 then less 8·Σy (made once per call for the token's blocks,
+ *     with d_y as f32, 4 copies each). The quants were one vector per row before, each row's 8 i32
+ *     lanes summed by hsum4_i32 (4 madds and 11 instructions per 4 rows and block; llvm-mca
+ *     -mcpu=znver3: the FP pipes are the bound): a standalone copy, one thread, K = 1536, 512 rows
+ *     from L2, 2.72 -> 2.19 cycles per (row, block) for Q4_0, 3.43 -> 3.30 for IQ4_NL;
  *   - more tokens (prefill, and batched decode steps from 4 sequences on): the block's quants
- *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3) as int8 w. Q4_0: w =
+ *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3: from the word pairs,
+ *     one shufps + vpermq per vector c for 8 rows) as int8 w. Q4_0: w =
  *     q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for Q4B_NT tokens;
  *     per (token, block) 8 vpbroadcastd + 8 maddubs(y + 128, w) summed in i16 onto -128·Σw of
  *     the i16 lane's 16 weights (made at the transpose; every partial sum is Σ_seen y·w -
@@ -436,69 +441,102 @@ static ALWAYS_INLINE __m256 q4b_d8(const uint8_t *g0, const uint8_t *g1, int64_t
     return _mm256_set_m128(d1, d0);
 }
 
-/* block ib's quants of the 8 rows (Q4_0 unsigned 0..15, IQ4_NL the int8 levels; rows 4..7 zero
- * without a second group) */
-static ALWAYS_INLINE void q4b_quants(const int type, int64_t nb, const uint8_t *g0, const uint8_t *g1, int64_t ib,
-                                     __m256i w[8]) {
-    q32_block_quants(type, nb, g0, ib, w);
-    if (g1) q32_block_quants(type, nb, g1, ib, w + 4);
-    else w[4] = w[5] = w[6] = w[7] = _mm256_setzero_si256();
+#define Q4B_GV_CB 1024 /* decode: blocks per staged chunk of the token (8·Σy and d_y, 4 copies each: 32 KB):
+                        * a group streams front to back for K <= 32768 */
+
+/* The 4 rows' integer sums of block ib against the token's 32 int8 activations yq, from the word
+ * pairs (gemm_q32.h): i32 lane 2r + g = row r's Σ over its words 2j + g, j = 0..3, one 8-byte
+ * broadcast of yq's words 2j, 2j + 1 per pair vector. Q4_0: the unsigned quants (Σ q·y; the caller
+ * subtracts 8·Σy), 4 maddubs summed in i16 (|.| <= 4·2·15·128 = 15360) and one madd; IQ4_NL: the
+ * levels with the sign trick, a madd per pair vector (a maddubs pair reaches 2·127·127). */
+static ALWAYS_INLINE __m256i q4b_pair_sums(const int type, int64_t nb, const uint8_t *g, int64_t ib, const void *yq) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p[4], y[4];
+    q32_block_pairs(type, nb, g, ib, p);
+    for (int j = 0; j < 4; j++) { /* one word each: a vpbroadcastq from memory (a copy of all 32 bytes
+                                   * first went through the stack) */
+        long long w;
+        memcpy(&w, (const uint8_t *)yq + 8 * j, 8);
+        y[j] = _mm256_set1_epi64x(w);
+    }
+    if (type == LLMRT_TYPE_Q4_0) {
+        __m256i s16 = _mm256_maddubs_epi16(p[0], y[0]);
+        for (int j = 1; j < 4; j++) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(p[j], y[j]));
+        return _mm256_madd_epi16(s16, ones);
+    }
+    __m256i s = dot_i8_i8(p[0], y[0]);
+    for (int j = 1; j < 4; j++) s = _mm256_add_epi32(s, dot_i8_i8(p[j], y[j]));
+    return s;
 }
 
-#define Q4B_GV_CB 1024 /* decode: blocks per staged chunk of the token (8·Σy and d_y; 8 KB): a group
-                        * streams front to back for K <= 32768 */
-
-/* one token, one group (4 rows), blocks [ib0, ib0 + cb): acc lane r += the blocks' d_w·d_y·isum.
- * sy8[b] = 8·Σ of block ib0 + b's activations (Q4_0: Σ(q - 8)·y = Σ q·y - 8·Σy, one subtraction per
- * block for the 4 rows instead of one per row), dy[b] its d as f32; both made once per call for
+/* one token, one group (4 rows), blocks [ib0, ib0 + cb): acc lane r += the blocks' d_w·d_y·isum, in
+ * block order. Two blocks per step: their pair sums joined by one vphaddd + vpermq into [block ib:
+ * rows 0..3 | ib + 1: rows 0..3], then one sub, cvt and mul for both, and the two fmas in turn.
+ * sy8[4b .. 4b + 3] = 8·Σ of block ib0 + b's activations (Q4_0: Σ(q - 8)·y = Σ q·y - 8·Σy; IQ4_NL 0),
+ * dy[4b ..] its d as f32, four copies each so two blocks' are one load; both made once per call for
  * every group (groups are streamed one after the other, as tile_q32 does: two groups at once
  * measured 40 % slower end to end, decode from DRAM). */
 static ALWAYS_INLINE __m128 q4b_gemv4(const int type, int64_t nb, const uint8_t *g, const uint8_t *x, int64_t ib0,
                                       int cb, const int32_t *sy8, const float *dy, __m128 acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
     const size_t pfs = 4 * 2 + 4 * 16; /* the group's bytes per block (d, nibbles) */
-#pragma GCC unroll 2
-    for (int b = 0; b < cb; b++) {
+    const block_q8_0 *xq = (const block_q8_0 *)x;
+    int b = 0;
+    for (; b + 2 <= cb; b += 2) {
         const int64_t ib = ib0 + b;
         const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * pfs; /* as tile_q32: a hint only */
         _mm_prefetch((const char *)a, _MM_HINT_T0);
         _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-        const __m256i yq = loadu256(((const block_q8_0 *)x)[ib].qs);
-        __m256i w[4], p[4];
-        q32_block_quants(type, nb, g, ib, w);
-        if (type == LLMRT_TYPE_Q4_0) {
-            for (int r = 0; r < 4; r++) p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(w[r], yq), ones);
-        } else {
-            for (int r = 0; r < 4; r++) p[r] = dot_i8_i8(w[r], yq);
-        }
-        __m128i isum = hsum4_i32(p);
-        if (type == LLMRT_TYPE_Q4_0) isum = _mm_sub_epi32(isum, _mm_set1_epi32(sy8[b]));
-        const __m128 d = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + ib * 8))), _mm_set1_ps(dy[b]));
+        _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
+        const __m256i s0 = q4b_pair_sums(type, nb, g, ib, xq[ib].qs);
+        const __m256i s1 = q4b_pair_sums(type, nb, g, ib + 1, xq[ib + 1].qs);
+        __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
+        if (type == LLMRT_TYPE_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_loadu_si256((const __m256i *)(sy8 + 4 * b)));
+        const __m256 f = _mm256_cvtepi32_ps(isum);
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + ib * 8))),
+                                       _mm256_loadu_ps(dy + 4 * b));
+        acc = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(d), acc);
+        acc = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(d, 1), acc);
+    }
+    if (b < cb) { /* an odd last block */
+        const int64_t ib = ib0 + b;
+        const __m256i s0 = q4b_pair_sums(type, nb, g, ib, xq[ib].qs);
+        __m128i isum = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s0), 0x08));
+        if (type == LLMRT_TYPE_Q4_0) isum = _mm_sub_epi32(isum, _mm_loadu_si128((const __m128i *)(sy8 + 4 * b)));
+        const __m128 d = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + ib * 8))), _mm_loadu_ps(dy + 4 * b));
         acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, acc);
     }
     return acc;
 }
 
-/* the token's blocks [ib0, ib0 + cb) for q4b_gemv4: 8·Σy (Q4_0) and d_y as f32 */
+/* the token's blocks [ib0, ib0 + cb) for q4b_gemv4: 8·Σy (Q4_0; IQ4_NL 0) and d_y as f32, 4 copies each */
 static ALWAYS_INLINE void q4b_gemv_stage(const int type, const uint8_t *x, int64_t ib0, int cb, int32_t *sy8, float *dy) {
     const __m256i k8 = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
     for (int b = 0; b < cb; b++) {
         const block_q8_0 *yb = (const block_q8_0 *)x + ib0 + b;
-        dy[b] = f16(yb->d);
-        if (type == LLMRT_TYPE_Q4_0) sy8[b] = hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(k8, loadu256(yb->qs)), ones));
+        _mm_storeu_ps(dy + 4 * b, _mm_set1_ps(f16(yb->d)));
+        const int32_t s = type == LLMRT_TYPE_Q4_0 ? hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(k8, loadu256(yb->qs)), ones)) : 0;
+        _mm_storeu_si128((__m128i *)(sy8 + 4 * b), _mm_set1_epi32(s));
     }
 }
 
 /* blocks [ib0, ib0 + cb) of the 8 rows transposed (wt[b * 8 + c]: lane r = row r's int8 weights of
  * elements 4c..4c+3), Q4_0's -128·Σ(q - 8) over each i16 lane's 16 weights (corr[b]: the start of
- * the tile's i16 sums) and the rows' d (d8[b]) */
+ * the tile's i16 sums) and the rows' d (d8[b]). From the word pairs: word c = 2j + g of rows 0..3 is
+ * lanes 2r + g of group g0's pair vector j, of rows 4..7 the same of g1's; one shufps picks them
+ * ([g0 r0 r1, g1 r0 r1 | g0 r2 r3, g1 r2 r3]) and one vpermq puts the rows in order. */
 static ALWAYS_INLINE void q4b_unpack(const int type, int64_t nb, const uint8_t *g0, const uint8_t *g1, int64_t ib0,
                                      int cb, __m256i *wt, __m256i *corr, __m256 *d8) {
     const __m256i off = _mm256_set1_epi8(8), one8 = _mm256_set1_epi8(1);
     for (int b = 0; b < cb; b++) {
-        __m256i w[8];
-        q4b_quants(type, nb, g0, g1, ib0 + b, w);
-        transpose8_epi32(w, wt + 8 * b);
+        __m256i p0[4], p1[4];
+        q32_block_pairs(type, nb, g0, ib0 + b, p0);
+        if (g1) q32_block_pairs(type, nb, g1, ib0 + b, p1);
+        else p1[0] = p1[1] = p1[2] = p1[3] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256 a = _mm256_castsi256_ps(p0[j]), c = _mm256_castsi256_ps(p1[j]);
+            wt[8 * b + 2 * j] = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), 0xD8);
+            wt[8 * b + 2 * j + 1] = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD)), 0xD8);
+        }
         if (type == LLMRT_TYPE_Q4_0) {
             __m256i s16 = _mm256_setzero_si256();
             for (int c = 0; c < 8; c++) {
@@ -579,8 +617,8 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
     const uint8_t *xb = (const uint8_t *)x;
     if (n_x <= X8_SMALL_NX) {
         __m128 acc[2 * Q4B_SETS];
-        int32_t sy8[Q4B_GV_CB];
-        float dy[Q4B_GV_CB];
+        int32_t sy8[4 * Q4B_GV_CB];
+        float dy[4 * Q4B_GV_CB];
         for (int j = 0; j < n_x; j++) {
             const uint8_t *xj = xb + (size_t)j * x_stride;
             for (int g = 0; g < ngr; g++) acc[g] = _mm_setzero_ps();
