@@ -40,7 +40,6 @@
 #if defined(__x86_64__)
 #include "simd_avx2.h" /* f16, loads, hsum_ps, expand_bits_32 */
 #include "gemm_q32_simd.h" /* q32_block_quants */
-#include "gemm_k_simd.h"   /* transpose8_epi32 */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #ifndef GEMV_PF_BYTES
