@@ -381,9 +381,10 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     row r's sum over its words 2j + g; two blocks' lanes are joined by one vphaddd + vpermq into
  *     the 4 rows' isums of both, Q4_0 then less 8·Σy (made once per call for the token's blocks,
  *     with d_y as f32, 4 copies each). The quants were one vector per row before, each row's 8 i32
- *     lanes summed by hsum4_i32 (4 madds and 11 instructions per 4 rows and block; llvm-mca
- *     -mcpu=znver3: the FP pipes are the bound): a standalone copy, one thread, K = 1536, 512 rows
- *     from L2, 2.72 -> 2.19 cycles per (row, block) for Q4_0, 3.43 -> 3.30 for IQ4_NL;
+ *     lanes summed by a 4-row tree of unpacks and adds (4 madds and 11 instructions per 4 rows and
+ *     block; llvm-mca -mcpu=znver3: the FP pipes are the bound): a standalone copy, one thread,
+ *     K = 1536, 512 rows from L2, 2.72 -> 2.19 cycles per (row, block) for Q4_0, 3.43 -> 3.30 for
+ *     IQ4_NL;
  *   - more tokens (prefill, and batched decode steps from 4 sequences on): the block's quants
  *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3: from the word pairs,
  *     one shufps + vpermq per vector c for 8 rows) as int8 w. Q4_0: w =

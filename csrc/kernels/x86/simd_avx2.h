@@ -73,16 +73,6 @@ static inline int hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* lane r = Σ of the 8 i32 lanes of p[r], r < 4 (exact: integer adds), for the block-order decode
- * GEMVs (gemm_avx2.c, gemm_q32_w.inc). In-lane unpacks and adds (7 shuffles, 4 adds) rather than a
- * tree of 3 vphaddd: Zen 3 runs vphaddd ymm as 3 uops, one per 2 cycles on the shuffle pipes. */
-static inline __m128i hsum4_i32(const __m256i p[4]) {
-    const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
-    const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
-    const __m256i v = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
-    return _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-}
-
 /* 16 bytes of packed nibbles at p -> 32 bytes: low nibbles (elements 0..15), then high (16..31). */
 static inline __m256i unpack_nibbles_32(const uint8_t *p) {
     const __m128i b = loadu128(p);
