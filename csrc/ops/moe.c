@@ -46,7 +46,8 @@
 #define ID_TOKENS 64   /* rows of one expert per chunk */
 #define ID_ROWS 64     /* weight rows per chunk: a multiple of every pack_rows (4, 8) and of the
                           AMX row step; decode-sized runs take up to ID_TOKENS * ID_ROWS / n */
-#define ID_CHUNK_BYTES (128 << 10)   /* few tokens, one thread: chunks of about this many weight bytes */
+#define ID_CHUNK_BYTES (128 << 10)   /* no expert with ID_TOKENS rows (but not the decode split): chunks
+                                        of about this many weight bytes */
 #define ID_FEW_TOKENS 4  /* decode (and a batched decode step): no expert has more tokens than this */
 #define ID_TAIL 8        /* decode, more than one thread: the last 1/ID_TAIL of the chunks is claimed,
                           * the rest split into one contiguous range of chunks per thread */
