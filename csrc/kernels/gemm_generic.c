@@ -50,7 +50,8 @@ static inline void q32_qh_nibbles(uint32_t h, uint8_t nib[8]) {
 }
 
 /* the nibble of element i (0..31) of row r in block ib's 64 quant bytes: byte offset, and shift (0 low,
- * 4 high). pairs: Q4_0 / IQ4_NL's word pairs (gemm_q32.h), else rows 2p and 2p + 1 sharing bytes. */
+ * 4 high). pairs: Q4_0 / IQ4_NL's word pairs (gemm_q32.h), else rows 2p and 2p + 1 sharing bytes.
+ * q32_q reads through it; pack_q32 / unpack_q32 write and read the same places a byte at a time. */
 static inline int q32_nib_at(int pairs, int r, int i, int *shift) {
     if (pairs) {
         const int j = i / 8, g = (i / 4) % 2;  /* word pair, word in the pair */
@@ -74,7 +75,7 @@ static inline void pack_q32(int type, int pairs, const void *src, size_t src_row
     memset(group, 0, q32_group_bytes(type, nb));
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = (const uint8_t *)src + (size_t)r * src_row_bytes;
-        const int sh = 4 * (r % 2); /* qh: rows 2p and 2p + 1 share bytes: low / high nibble */
+        const int sh = 4 * (r % 2); /* rows 2p and 2p + 1 share bytes: low / high nibble */
         for (int64_t ib = 0; ib < nb; ib++) {
             const uint8_t *b = row + (size_t)ib * bs;
             memcpy(sc + ((size_t)ib * nsc * Q32_R + r) * 2, b, 2); /* d */
@@ -88,15 +89,22 @@ static inline void pack_q32(int type, int pairs, const void *src, size_t src_row
                 for (int j = 0; j < 8; j++) dh[j] |= (uint8_t)(nib[j] << sh);
             }
             const uint8_t *bq = b + off_qs;
+            /* element i < 16 is the low nibble of bq[i], element 16 + i its high nibble */
             if (q32_qsb(type) == 32) {
                 memcpy(qs + (size_t)ib * Q32_R * 32 + 32 * r, bq, 32);
+            } else if (pairs) {
+                /* byte 8r + k (k < 8) holds elements k and 8 + k, byte 32 + 8r + k 16 + k and 24 + k
+                 * (q32_nib_at): whole bytes of row r */
+                uint8_t *dst = qs + (size_t)ib * Q32_R * 16 + 8 * r;
+                for (int k = 0; k < 8; k++) {
+                    dst[k] = (uint8_t)((bq[k] & 0x0f) | (bq[8 + k] << 4));
+                    dst[32 + k] = (uint8_t)((bq[k] >> 4) | (bq[8 + k] & 0xf0));
+                }
             } else {
-                /* element i < 16 is the low nibble of bq[i], element 16 + i its high nibble */
-                uint8_t *dst = qs + (size_t)ib * Q32_R * 16;
-                for (int i = 0; i < 32; i++) {
-                    int s;
-                    const int o = q32_nib_at(pairs, r, i, &s);
-                    dst[o] |= (uint8_t)(((i < 16 ? bq[i] : bq[i - 16] >> 4) & 0x0f) << s);
+                uint8_t *dst = qs + (size_t)ib * Q32_R * 16 + 32 * (r / 2);
+                for (int i = 0; i < 16; i++) {
+                    dst[i] |= (uint8_t)((bq[i] & 0x0f) << sh);
+                    dst[16 + i] |= (uint8_t)((bq[i] >> 4) << sh);
                 }
             }
         }
@@ -125,12 +133,18 @@ static void unpack_q32(int type, int pairs, int64_t K, const void *group, int ro
             uint8_t *bq = b + q32_off_qs(type);
             if (q32_qsb(type) == 32) {
                 memcpy(bq, qs + (size_t)ib * Q32_R * 32 + 32 * r, 32);
+            } else if (pairs) { /* pack_q32's bytes back */
+                const uint8_t *p = qs + (size_t)ib * Q32_R * 16 + 8 * r;
+                for (int k = 0; k < 8; k++) {
+                    bq[k] = (uint8_t)((p[k] & 0x0f) | (p[32 + k] << 4));
+                    bq[8 + k] = (uint8_t)((p[k] >> 4) | (p[32 + k] & 0xf0));
+                }
             } else {
-                const uint8_t *p = qs + (size_t)ib * Q32_R * 16;
+                const uint8_t *p = qs + (size_t)ib * Q32_R * 16 + 32 * (r / 2);
                 for (int i = 0; i < 16; i++) {
-                    int s0, s1;
-                    const int o0 = q32_nib_at(pairs, r, i, &s0), o1 = q32_nib_at(pairs, r, i + 16, &s1);
-                    bq[i] = (uint8_t)(((p[o0] >> s0) & 0x0f) | ((p[o1] >> s1) & 0x0f) << 4);
+                    const int lo = (r % 2 ? p[i] >> 4 : p[i]) & 0x0f;
+                    const int hi = (r % 2 ? p[i + 16] >> 4 : p[i + 16]) & 0x0f;
+                    bq[i] = (uint8_t)(lo | hi << 4);
                 }
             }
         }
