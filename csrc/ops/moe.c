@@ -23,9 +23,9 @@
  * counter token-block-major within an expert, so a skewed routing (one expert with most tokens)
  * still splits into many chunks and no thread idles. Decode (no expert with more than
  * ID_FEW_TOKENS rows) on more than one thread reads rather than computes: each thread streams one
- * contiguous range of ID_ROWS-row chunks and only the last 1/ID_TAIL is claimed. A chunk gathers its
- * activation rows into the thread's scratch once per (expert, token block) and runs the level's
- * packed gemm (gemm.h; a 3-D weight is packed as n_expert * M rows, expert e's groups starting
+ * contiguous range of ID_ROWS-row chunks and only the last 1/8 is claimed (llmrt_split_head). A
+ * chunk gathers its activation rows into the thread's scratch once per (expert, token block) and
+ * runs the level's packed gemm (gemm.h; a 3-D weight is packed as n_expert * M rows, expert e's groups starting
  * at e * M / R) or, for weights without a packed copy, vec_dot row by row; results go through a
  * small [tokens][rows] buffer to the tokens' output rows. Every (row, token) value has the bits
  * of vec_dot on the same level, as in MUL_MAT.
@@ -49,8 +49,6 @@
 #define ID_CHUNK_BYTES (128 << 10)   /* no expert with ID_TOKENS rows (but not the decode split): chunks
                                         of about this many weight bytes */
 #define ID_FEW_TOKENS 4  /* decode (and a batched decode step): no expert has more tokens than this */
-#define ID_TAIL 8        /* decode, more than one thread: the last 1/ID_TAIL of the chunks is claimed,
-                          * the rest split into one contiguous range of chunks per thread */
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
 /* ---- MOE_ROUTE --------------------------------------------------------------------------- */
@@ -249,7 +247,7 @@ void llmrt_compute_mul_mat_id(const llmrt_compute_params *p, llmrt_tensor *dst) 
         if (rpc < ID_ROWS) rpc = ID_ROWS;
     }
     /* Decode with more than one thread: as MUL_MAT's decode (mul_mat.c), each thread streams one
-     * contiguous range of the first n_chunks - n_chunks / ID_TAIL chunks (expert after expert,
+     * contiguous range of the first 7/8 of the chunks (llmrt_split_head; expert after expert,
      * each expert's rows in order: consecutive chunks of an expert are consecutive weight bytes)
      * and only the rest is claimed from the counter. Chunks of ID_ROWS rows make the ranges even;
      * the chunk size no longer decides how far a thread reads in one stream. */
@@ -274,8 +272,8 @@ void llmrt_compute_mul_mat_id(const llmrt_compute_params *p, llmrt_tensor *dst) 
     const int64_t K = w->ne[0];
     int64_t e = 0, have_e = -1, have_tb = -1;
     int have_amx = 0;
-    const int64_t head = split ? n_chunks - n_chunks / ID_TAIL : 0;
-    const int64_t c_lo = head * p->ith / p->nth, c_hi = head * (p->ith + 1) / p->nth;
+    int64_t c_lo = 0, c_hi = 0;
+    const int64_t head = split ? llmrt_split_head(p, n_chunks, &c_lo, &c_hi) : 0;
     /* this thread's range [c_lo, c_hi), then claims of [head, n_chunks): c only grows */
     for (int64_t c = c_lo < c_hi ? c_lo : head + llmrt_claim(p); c < n_chunks;
          c = c + 1 < c_hi ? c + 1 : head + llmrt_claim(p)) {

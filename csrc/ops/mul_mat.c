@@ -41,12 +41,10 @@
 #define MM_CHUNKS_PER_THREAD 8    /* packed: at least this many chunks per thread and token block */
 #define MM_CHUNK_BYTES (64 << 10) /* packed: at most this many weight bytes per chunk */
 #define MM_FEW_TOKENS 4           /* packed: up to this many tokens (decode, a batched decode step)
-                                   * the threads stream contiguous ranges (MM_TAIL); above, chunks are
-                                   * whole calls of gemm_groups groups (a call's size matters to
-                                   * prefill: e.g. the avx2 Q4_0 kernel stages its tokens once per
-                                   * call, for 64 rows) */
-#define MM_TAIL 8                 /* packed decode: the last 1/MM_TAIL of a matrix's groups is shared by
-                                   * claims, the rest split into one contiguous range per thread */
+                                   * the threads stream contiguous ranges (llmrt_split_head); above,
+                                   * chunks are whole calls of gemm_groups groups (a call's size
+                                   * matters to prefill: e.g. the avx2 Q4_0 kernel stages its tokens
+                                   * once per call, for 64 rows) */
 #define MM_TAIL_CHUNKS 4          /* packed decode: claimed chunks of the tail per thread */
 #define MM_AMX_ROWS 64            /* AMX: weight rows per chunk (a multiple of LLMRT_AMX_ROW_STEP) */
 #define MM_AMX_TOKENS 32          /* AMX bf16: tokens per chunk (their bf16 rows in the thread's scratch) */
@@ -93,13 +91,14 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
     const size_t xs = x->nb[1];
     const int64_t ys = (int64_t)(dst->nb[1] / sizeof(float));
     if (nr <= MM_FEW_TOKENS && p->nth > 1) {
-        /* decode: thread ith streams the ith of nth equal contiguous ranges of the first
-         * ng - ng / MM_TAIL groups (one sequential read, what the hardware prefetcher follows and
-         * the kernels' prefetches run ahead in), then the last ng / MM_TAIL groups go in small
-         * claimed chunks to whichever thread is done first (a thread that starts late or runs slower
-         * is helped by up to that much; further behind, the node waits for it). */
-        const int64_t tail = ng / MM_TAIL, head = ng - tail;
-        mm_groups(pw, gemm, G, head * p->ith / p->nth, head * (p->ith + 1) / p->nth, xd, xs, (int)nr, yd, ys);
+        /* decode: thread ith streams its contiguous range of the first 7/8 of the groups (one
+         * sequential read, what the hardware prefetcher follows and the kernels' prefetches run
+         * ahead in), then the last 1/8 goes in small claimed chunks to whichever thread is done
+         * first (a thread that starts late or runs slower is helped by up to that much; further
+         * behind, the node waits for it). */
+        int64_t g_lo, g_hi;
+        const int64_t head = llmrt_split_head(p, ng, &g_lo, &g_hi), tail = ng - head;
+        mm_groups(pw, gemm, G, g_lo, g_hi, xd, xs, (int)nr, yd, ys);
         int64_t tpc = tail / ((int64_t)MM_TAIL_CHUNKS * p->nth);  /* groups per tail chunk */
         if (tpc < 1) tpc = 1;
         for (int64_t c = llmrt_claim(p); c * tpc < tail; c = llmrt_claim(p)) {

@@ -62,6 +62,18 @@ static inline int64_t llmrt_claim(const llmrt_compute_params *p) {
     return (int64_t)atomic_fetch_add_explicit(p->counter, 1, memory_order_relaxed);
 }
 
+/* Decode split (MUL_MAT, MUL_MAT_ID of up to 4 tokens on more than one thread): of n work units in
+ * memory order, the first n - n / LLMRT_SPLIT_TAIL are cut into nth equal contiguous ranges, one per
+ * thread (one sequential read each), the rest is left to claims by whichever thread is done first.
+ * Sets this thread's range [*lo, *hi) and returns the count of split units (the claims start there). */
+#define LLMRT_SPLIT_TAIL 8
+static inline int64_t llmrt_split_head(const llmrt_compute_params *p, int64_t n, int64_t *lo, int64_t *hi) {
+    const int64_t head = n - n / LLMRT_SPLIT_TAIL;
+    *lo = head * p->ith / p->nth;
+    *hi = head * (p->ith + 1) / p->nth;
+    return head;
+}
+
 /* Rows (ne1 * ne2 * ne3) of a tensor at its current shape. */
 static inline int64_t llmrt_nrows(const llmrt_tensor *t) {
     return t->ne[1] * t->ne[2] * t->ne[3];
