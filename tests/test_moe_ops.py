@@ -56,8 +56,8 @@ def _emb(K, n_vocab, rng):
     return np.abs(rng.standard_normal((n_vocab, K))).astype(np.float32) * 0.5 + 0.1
 
 
-def _graph(n_cap, build, pack=True):
-    g = core.Graph(n_cap, 2, pack=pack)
+def _graph(n_cap, build, pack=True, n_threads=2):
+    g = core.Graph(n_cap, n_threads, pack=pack)
     g.single_thread_work = 0          # every node shared by both threads
     out = build(g)
     g.set_output(out)
@@ -143,13 +143,6 @@ def test_mul_mat_id_decode_same_bits_for_any_thread_count(t, rng):
     emb, router = _emb(K, 97, rng), _router(K, rng)
     wg, wu = expert_rows(t, K, E * F, rng), expert_rows(t, K, E * F, rng)
 
-    def graph(nt, build):
-        g = core.Graph(8, nt, pack=True)
-        g.single_thread_work = 0
-        g.set_output(build(g))
-        g.build()
-        return g
-
     def build_id(fused):
         def b(g):
             x = g.get_rows(g.weight(emb, 0, emb.shape[::-1]), g.input_tokens())
@@ -159,20 +152,23 @@ def test_mul_mat_id_decode_same_bits_for_any_thread_count(t, rng):
             return g.mul_mat_id(_weight(g, wg, t, (K, F, E)), x, r, up=_weight(g, wu, t, (K, F, E)), act="silu")
         return b
 
+    def build_dense(e):
+        def b(g):
+            x = g.get_rows(g.weight(emb, 0, emb.shape[::-1]), g.input_tokens())
+            return g.mul_mat(_weight(g, wg[e * F:(e + 1) * F], t, (K, F)), x)
+        return b
+
     for n in (1, 3, 4):
         _, ids = _route_ids(emb, router, n)
         assert np.bincount(ids.ravel()).max() <= 4
+        dense = {e: _run(_graph(8, build_dense(e), n_threads=1), n) for e in np.unique(ids)}   # [n, F]
         fused_1 = None
         for nt in (1, 2, 3, 5):
-            got = _run(graph(nt, build_id(False)), n)         # [n, k, F]
-            for e in np.unique(ids):
-                def build_dense(g, e=e):
-                    x = g.get_rows(g.weight(emb, 0, emb.shape[::-1]), g.input_tokens())
-                    return g.mul_mat(_weight(g, wg[e * F:(e + 1) * F], t, (K, F)), x)
-                dense = _run(graph(1, build_dense), n)
+            got = _run(_graph(8, build_id(False), n_threads=nt), n)         # [n, k, F]
+            for e, want in dense.items():
                 tok, slot = np.nonzero(ids == e)
-                np.testing.assert_array_equal(got[tok, slot], dense[tok], err_msg=f"{n} tokens, {nt} threads, expert {e}")
-            fused = _run(graph(nt, build_id(True)), n)
+                np.testing.assert_array_equal(got[tok, slot], want[tok], err_msg=f"{n} tokens, {nt} threads, expert {e}")
+            fused = _run(_graph(8, build_id(True), n_threads=nt), n)
             assert np.isfinite(fused).all() and np.abs(fused).max() > 0
             if fused_1 is None:
                 fused_1 = fused
