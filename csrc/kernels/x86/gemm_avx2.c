@@ -89,9 +89,9 @@ static ALWAYS_INLINE void group_scales(const int type, const int q8_1, const uin
     }
 }
 
-/* One tile: rows 0..3 of the group x tokens 0..NT-1 of x; writes rows < n_rows. stream: the call's
- * tokens are all in this tile (decode, a batched decode step), so the group is read once, from
- * memory: prefetch it. */
+/* One tile: rows 0..3 of the group x tokens 0..NT-1 of x; writes rows < n_rows. stream: a call of up
+ * to SMALL_NX tokens (decode, a batched decode step), whose first tile reads the group from memory:
+ * prefetch it. */
 static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t nb, const uint8_t *grp,
                                    const uint8_t *x, const size_t xs, float *y, const int64_t ys,
                                    const int n_rows, const int stream) {
