@@ -30,6 +30,7 @@ import argparse
 import http.client
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -391,6 +392,8 @@ def main():
     ap.add_argument("--llama-server", default=DEFAULT_LLAMA_SERVER, metavar="PATH",
                     help="llama.cpp's llama-server binary (skipped if absent)")
     ap.add_argument("--no-llama-server", action="store_true", help="benchmark llmrt only")
+    ap.add_argument("--llmrt-args", default="", metavar="ARGS",
+                    help="more flags for llmrt serve, e.g. \"--prefill-chunk 256\" (shell-split)")
     ap.add_argument("--json", metavar="FILE", help="write every raw number to FILE")
     a = ap.parse_args()
 
@@ -411,7 +414,7 @@ def main():
     def llmrt_cmd(port):
         return [sys.executable, "-m", "llmrt", "serve", model, "--host", "127.0.0.1",
                 "--port", str(port), "--parallel", str(a.parallel), "--threads", str(a.threads),
-                "--ctx-size", str(a.ctx_size)]
+                "--ctx-size", str(a.ctx_size)] + shlex.split(a.llmrt_args)
 
     servers = [Server("llmrt", llmrt_cmd)]
     notes = []

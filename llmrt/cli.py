@@ -204,21 +204,28 @@ _cache_options = _options(_CACHE_OPTIONS)
 _sampling_options = _options(_SAMPLING_OPTIONS)
 
 
-def _parse_keep(value, default):
-    """--n-keep: None -> default; "auto"; or a non-negative integer."""
-    if value is None:
-        return default
+def _int_or_auto(value, minimum: int, hint: str):
+    """A flag that takes "auto" or an integer >= minimum."""
     if str(value).strip().lower() == "auto":
         return "auto"
     try:
         n = int(value)
     except ValueError:
-        raise click.BadParameter(f"expected an integer or 'auto', got {value!r}",
-                                 param_hint="--n-keep") from None
-    if n < 0:
-        raise click.BadParameter(f"must be >= 0 or 'auto', got {n}", param_hint="--n-keep")
+        raise click.BadParameter(f"expected an integer or 'auto', got {value!r}", param_hint=hint) from None
+    if n < minimum:
+        raise click.BadParameter(f"must be >= {minimum} or 'auto', got {n}", param_hint=hint)
     return n
 
+
+def _parse_keep(value, default):
+    """--n-keep: None -> default; "auto"; or a non-negative integer."""
+    return default if value is None else _int_or_auto(value, 0, "--n-keep")
+
+
+def _parse_prefill_chunk(value):
+    """--prefill-chunk: "auto" -> None (the engine sizes it); or a positive integer."""
+    n = _int_or_auto(value, 1, "--prefill-chunk")
+    return None if n == "auto" else n
 
 
 def _log(msg: str) -> None:
@@ -626,7 +633,10 @@ def quantize(input_path, output_path, qtype, threads):
 @click.option("--n-discard", type=int, default=-1, show_default=True,
               help="Tokens evicted after the pinned ones when a slot's cache is full (-1: half).")
 @click.option("-b", "--batch-size", "n_batch", type=int, default=256, show_default=True,
-              help="Prompt tokens prefilled per step between decode steps.")
+              help="Prompt tokens prefilled per step when no other stream is decoding.")
+@click.option("--prefill-chunk", default="auto", show_default=True, metavar="N|auto",
+              help="Prompt tokens prefilled per step while other streams decode (at most "
+                   "--batch-size); auto: about two decode steps' time, at least 16.")
 @click.option("-n", "--n-predict", type=int, default=-1, show_default=True,
               help="max_tokens of a request that sets none (-1: until end of generation).")
 @click.option("--max-queue", type=int, default=64, show_default=True,
@@ -650,9 +660,9 @@ def quantize(input_path, output_path, qtype, threads):
 @_THREADS_OPTION
 @_wq_options
 @friendly_errors
-def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, n_predict, max_queue,
-          timeout, chat_template, alias, max_body_bytes, slot_save_path, use_ray, replicas, ray_address,
-          threads, wq):
+def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, prefill_chunk, n_predict,
+          max_queue, timeout, chat_template, alias, max_body_bytes, slot_save_path, use_ray, replicas,
+          ray_address, threads, wq):
     """Serve MODEL (default: smollm2-135m-instruct) over an OpenAI-compatible HTTP API:
     /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics. Needs the serve extra:
     pip install "llmrt[serve]"."""
@@ -668,6 +678,7 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, n_p
     from llmrt.server import serve as run_server
 
     keep = _parse_keep(n_keep, "auto")
+    chunk = _parse_prefill_chunk(prefill_chunk)
     if parallel < 1:
         raise click.BadParameter(f"must be >= 1, got {parallel}", param_hint="--parallel")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -687,10 +698,10 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, n_p
         ray_serve.run(path, host=host, port=port, replicas=replicas, address=ray_address, options={
             "threads": threads, "ctx_size": ctx_size, "parallel": parallel, "n_keep": keep,
             "n_discard": n_discard, "n_batch": n_batch, "max_queue": max_queue, "timeout": timeout,
-            "n_predict": n_predict, "chat_template": chat_template, "alias": alias})
+            "n_predict": n_predict, "chat_template": chat_template, "alias": alias, "prefill_chunk": chunk})
         return
     m = _load_model(model, threads, ctx_size, wq)
     run_server(None, model=m, host=host, port=port, parallel=parallel, ctx_size=ctx_size, n_keep=keep,
                n_discard=n_discard, n_batch=n_batch, max_queue=max_queue, timeout=timeout,
                n_predict=n_predict, chat_template=chat_template, alias=alias,
-               max_body_bytes=max_body_bytes, slot_save_path=slot_save_path)
+               max_body_bytes=max_body_bytes, slot_save_path=slot_save_path, prefill_chunk=chunk)

@@ -16,8 +16,10 @@ tokens after its request ends.
 
 One engine thread runs the loop; each step:
   1. admits queued requests (FIFO) to idle slots (see "Prefix cache"), drops cancelled ones;
-  2. prefills ONE chunk (at most n_batch tokens) of one admitted prompt, so streams that are
-     already running wait at most one chunk between tokens;
+  2. prefills ONE chunk of one admitted prompt: up to n_batch tokens when no stream is
+     decoding, else up to prefill_chunk tokens (default: sized from the measured step times so
+     that the chunk takes about two decode steps, at least 16 tokens), so streams that are
+     already running wait at most one short chunk between tokens;
   3. runs ONE decode step for every slot that has a sampled token to evaluate: one graph run
      for all of them (Model.eval_sessions: the weights are read once per step, each token
      attends only to its own slot's cache), then samples each slot's next token with its own
@@ -59,6 +61,17 @@ log = logging.getLogger("llmrt")
 
 # tokens/s in the metrics: generated tokens over this many recent seconds
 _RATE_WINDOW = 10.0
+# prefill_chunk="auto" while streams decode: a chunk of about this many decode steps' time ...
+_PREFILL_SHARE = 2.0
+# ... and at least this many tokens (fewer would reread the weights for too little work)
+_PREFILL_MIN = 16
+# weight of the newest step in the step-time averages
+_EMA = 0.25
+
+
+def _average(avg: Optional[float], x: float) -> float:
+    """The step-time average: exponential, the newest sample weighted _EMA."""
+    return x if avg is None else avg + _EMA * (x - avg)
 
 
 class QueueFull(RuntimeError):
@@ -198,17 +211,21 @@ class Engine:
     """Continuous batching over n_parallel slots (see the module doc).
 
     ctx_size, n_keep, n_discard, kv_mode: each slot's streaming cache (Session's meaning;
-    ctx_size defaults to the model's). n_batch: prompt tokens prefilled per step. max_queue:
-    requests that may wait for a slot (more: QueueFull). queue_timeout: seconds a request may
-    wait for a slot. n_predict: max_tokens of a request that gives none (-1: no limit)."""
+    ctx_size defaults to the model's). n_batch: prompt tokens prefilled per step while no other
+    slot is decoding. prefill_chunk: the same while some are (at most n_batch; None: auto, see
+    _prefill_limit). max_queue: requests that may wait for a slot (more: QueueFull).
+    queue_timeout: seconds a request may wait for a slot. n_predict: max_tokens of a request
+    that gives none (-1: no limit)."""
 
     def __init__(self, model, n_parallel: int = 4, ctx_size: Optional[int] = None, n_keep: int = 4,
                  n_discard: int = -1, kv_mode: str = "shift", n_batch: int = 256, max_queue: int = 64,
-                 queue_timeout: float = 600.0, n_predict: int = -1):
+                 queue_timeout: float = 600.0, n_predict: int = -1, prefill_chunk: Optional[int] = None):
         if int(n_parallel) < 1:
             raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
         if not 1 <= int(n_batch) <= N_BATCH:
             raise ValueError(f"n_batch must be in [1, {N_BATCH}], got {n_batch}")
+        if prefill_chunk is not None and int(prefill_chunk) < 1:
+            raise ValueError(f"prefill_chunk must be >= 1 (or None: auto), got {prefill_chunk}")
         if int(max_queue) < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
         if not queue_timeout > 0:
@@ -216,6 +233,9 @@ class Engine:
         self.model = model
         self.tokenizer = model.tokenizer
         self.n_batch = int(n_batch)
+        self.prefill_chunk = None if prefill_chunk is None else int(prefill_chunk)
+        self._dec_s: Optional[float] = None       # seconds per decode step (average)
+        self._pre_tok_s: Optional[float] = None   # seconds per prefilled token (average)
         self.max_queue = int(max_queue)
         self.queue_timeout = float(queue_timeout)
         self.n_predict = int(n_predict)
@@ -234,8 +254,9 @@ class Engine:
         self._warm()
         self._thread = threading.Thread(target=self._loop, name="llmrt-engine", daemon=True)
         self._thread.start()
-        log.info("llmrt: engine: %d slots, %s, prefill chunks of %d", len(self.slots),
-                 self.slots[0].session.describe(), self.n_batch)
+        log.info("llmrt: engine: %d slots, %s, prefill chunks of %d (%s while streams decode)",
+                 len(self.slots), self.slots[0].session.describe(), self.n_batch,
+                 "auto" if self.prefill_chunk is None else min(self.prefill_chunk, self.n_batch))
 
     # ---- public ----------------------------------------------------------------------------
 
@@ -311,6 +332,7 @@ class Engine:
                 "prompt_tokens_evaluated": m.get("prefill_tokens", 0),
                 "generated_tokens": m.get("generated_tokens", 0),
                 "decode_steps": m.get("decode_steps", 0),
+                "prefill_chunks": m.get("prefill_chunks", 0),
                 "cache_shifts": sum(s.session.n_shifts for s in self.slots),
                 "tokens_per_second": rate,
                 "slots_total": len(self.slots),
@@ -551,19 +573,24 @@ class Engine:
                 self._finish(s, "cancelled")
             elif not s.pending and s.next_tok is None and not s.req.ids:
                 self._sample(s, s.last_logits)   # the cache held the whole prompt, with its logits
-        # one prefill chunk, oldest admission first
+        # one prefill chunk, oldest admission first; short while other streams wait on this step
         pre = [s for s in self.slots if s.req is not None and s.pending]
         if pre:
             s = min(pre, key=lambda s: s.admit_seq)
-            chunk = s.pending[:self.n_batch]
-            del s.pending[:self.n_batch]
+            decoding = any(o.req is not None and o.next_tok is not None for o in self.slots)
+            limit = self._prefill_limit() if decoding else self.n_batch
+            chunk = s.pending[:limit]
+            del s.pending[:limit]
+            t0 = time.perf_counter()
             try:
                 self._eval_one(s, chunk)
             except Exception as e:          # e.g. n_keep leaves no room: this request only
                 log.exception("llmrt: prefill of request %d failed", s.req.id)
                 self._finish(s, "error", error=f"{type(e).__name__}: {e}")
             else:
+                self._pre_tok_s = _average(self._pre_tok_s, (time.perf_counter() - t0) / len(chunk))
                 self._m["prefill_tokens"] += len(chunk)
+                self._m["prefill_chunks"] += 1
                 if not s.pending:
                     self._sample(s, s.last_logits)
         # one decode step for every slot with a sampled token to evaluate
@@ -571,12 +598,14 @@ class Engine:
         for i in range(0, len(dec), N_BATCH):
             group = dec[i:i + N_BATCH]
             toks = [s.next_tok for s in group]
+            t0 = time.perf_counter()
             try:
                 logits = self.model.eval_sessions([s.session for s in group], [[t] for t in toks])
             except Exception:
                 for s in group:             # the caches may be half-written: start them afresh
                     s.next_tok = None
                 raise
+            self._dec_s = _average(self._dec_s, time.perf_counter() - t0)
             now = time.monotonic()
             with self._cv:
                 self._m["decode_steps"] += 1
@@ -586,6 +615,19 @@ class Engine:
                 s.last_logits = lg
                 s.next_tok = None
                 self._sample(s, lg)
+
+    def _prefill_limit(self) -> int:
+        """Prompt tokens to prefill in a step that also decodes running streams: prefill_chunk,
+        or (auto) as many as take about _PREFILL_SHARE decode steps by the measured averages
+        (a running stream then waits ~3 steps' time for its token instead of a whole n_batch
+        chunk's), at least _PREFILL_MIN; never more than n_batch."""
+        if self.prefill_chunk is not None:
+            return min(self.prefill_chunk, self.n_batch)
+        if self._dec_s is None or not self._pre_tok_s:
+            n = 2 * _PREFILL_MIN                   # nothing measured yet
+        else:
+            n = int(_PREFILL_SHARE * self._dec_s / self._pre_tok_s)
+        return min(self.n_batch, max(_PREFILL_MIN, n))
 
     def _eval_one(self, s: _Slot, ids: list):
         try:

@@ -77,7 +77,8 @@ class LlmrtReplica:
         self.engine = Engine(model, n_parallel=o.get("parallel", 4), ctx_size=o.get("ctx_size"),
                              n_keep=4 if keep == "auto" else int(keep), n_discard=o.get("n_discard", -1),
                              n_batch=o.get("n_batch", 256), max_queue=o.get("max_queue", 64),
-                             queue_timeout=o.get("timeout", 600.0), n_predict=o.get("n_predict", -1))
+                             queue_timeout=o.get("timeout", 600.0), n_predict=o.get("n_predict", -1),
+                             prefill_chunk=o.get("prefill_chunk"))
         template = (ChatTemplate.for_model(model, o.get("chat_template"))
                     if model.tokenizer is not None else None)
         app = create_app(self.engine, o.get("alias") or os.path.basename(model_path), template, n_keep=keep)

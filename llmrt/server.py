@@ -219,6 +219,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                     ("llmrt_prompt_tokens_evaluated", "prompt_tokens_evaluated", "Prompt tokens prefilled"),
                     ("llmrt_generated_tokens", "generated_tokens", "Tokens generated"),
                     ("llmrt_decode_steps", "decode_steps", "Batched decode steps (one graph run each)"),
+                    ("llmrt_prefill_chunks", "prefill_chunks", "Prompt chunks prefilled (one graph run each)"),
                     ("llmrt_cache_shifts", "cache_shifts", "Streaming-cache evictions over all slots")):
                 yield CounterMetricFamily(name, doc, value=st[key])
             for name, key, doc in (
@@ -533,7 +534,7 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
           n_batch: int = 256, max_queue: int = 64, timeout: float = 600.0, n_predict: int = -1,
           chat_template: Optional[str] = None, alias: Optional[str] = None,
           max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None, model=None,
-          log_level: str = "info"):
+          log_level: str = "info", prefill_chunk: Optional[int] = None):
     """Load the model, start the engine and run uvicorn until interrupted."""
     import os
 
@@ -548,7 +549,8 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
     ctx = int(ctx_size or model.n_ctx)
     keep_engine = 4 if n_keep == "auto" else int(n_keep)
     engine = Engine(model, n_parallel=parallel, ctx_size=ctx, n_keep=keep_engine, n_discard=n_discard,
-                    n_batch=n_batch, max_queue=max_queue, queue_timeout=timeout, n_predict=n_predict)
+                    n_batch=n_batch, max_queue=max_queue, queue_timeout=timeout, n_predict=n_predict,
+                    prefill_chunk=prefill_chunk)
     template = ChatTemplate.for_model(model, chat_template) if model.tokenizer is not None else None
     name = alias or os.path.basename(str(model.path))
     if slot_save_path is not None:

@@ -219,6 +219,46 @@ def test_cancel_frees_the_slot_within_a_step(tiny):
         assert eng.stats()["slots_busy"] == 0
 
 
+def test_prompt_prefilled_in_short_chunks_while_others_decode(tiny):
+    """While a stream decodes, a new prompt is prefilled prefill_chunk tokens per step (the
+    running stream waits one short chunk per token, not the whole prompt), and its answer is
+    still its solo greedy ids; with nothing decoding, a prompt goes in one n_batch chunk."""
+    p_b, p_c = _ids(40, 7), _ids(40, 8)
+    ref_b = _solo(tiny, p_b, 10)
+    with Engine(tiny, n_parallel=2, prefill_chunk=8) as eng:
+        a = eng.submit(_ids(5, 6), max_tokens=-1, temperature=0, ignore_eos=True)   # endless
+        while not a.ids:
+            time.sleep(0.01)
+        c0 = eng.stats()["prefill_chunks"]
+        b = eng.submit(p_b, max_tokens=10, temperature=0, ignore_eos=True).wait(WAIT)
+        assert b.ids == ref_b
+        assert eng.stats()["prefill_chunks"] - c0 == 40 // 8
+        a.cancel()
+        a.wait(WAIT)
+        c1 = eng.stats()["prefill_chunks"]
+        c = eng.submit(p_c, max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)
+        assert c.usage.cached_tokens == 0 and eng.stats()["prefill_chunks"] - c1 == 1
+
+
+def test_prefill_chunk_auto_follows_the_step_times(tiny):
+    """prefill_chunk=None: about _PREFILL_SHARE decode steps' worth of prompt tokens by the
+    measured averages, at least _PREFILL_MIN, at most n_batch (2 x _PREFILL_MIN before any
+    measurement); an explicit prefill_chunk is capped by n_batch."""
+    from llmrt import engine as E
+    with Engine(tiny, n_parallel=1, n_batch=256) as eng:
+        assert eng._prefill_limit() == 2 * E._PREFILL_MIN
+        eng._dec_s, eng._pre_tok_s = 0.010, 0.0005
+        assert eng._prefill_limit() == int(E._PREFILL_SHARE * 0.010 / 0.0005)
+        eng._pre_tok_s = 0.01                           # slow prefill: the floor
+        assert eng._prefill_limit() == E._PREFILL_MIN
+        eng._pre_tok_s = 1e-7                           # fast prefill: the whole n_batch
+        assert eng._prefill_limit() == 256
+    with Engine(tiny, n_parallel=1, n_batch=64, prefill_chunk=500) as eng:
+        assert eng._prefill_limit() == 64
+    with pytest.raises(ValueError, match="prefill_chunk"):
+        Engine(tiny, n_parallel=1, prefill_chunk=0)
+
+
 def test_queue_bound_and_timeout(tiny):
     with Engine(tiny, n_parallel=1, max_queue=1, queue_timeout=0.3) as eng:
         a = eng.submit(_ids(5, 1), max_tokens=-1, temperature=0, ignore_eos=True)

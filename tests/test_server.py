@@ -353,13 +353,21 @@ def test_oversized_body_and_unknown_routes(server):
 
 
 def test_metrics_names(server):
+    _chat(server, "Hi", n=2)                    # at least one prompt prefilled
     m = server.metrics()
     for name in ("llmrt_requests_submitted_total", "llmrt_prompt_tokens_total", "llmrt_generated_tokens_total",
                  "llmrt_tokens_per_second", "llmrt_slots_busy", "llmrt_slots_total", "llmrt_queue_length",
-                 "llmrt_cache_shifts_total", "llmrt_prompt_tokens_cached_total"):
+                 "llmrt_cache_shifts_total", "llmrt_prompt_tokens_cached_total", "llmrt_prefill_chunks_total"):
         assert name in m, name
+    assert m["llmrt_prefill_chunks_total"] >= 1
     assert m["llmrt_slots_total"] == 4
     assert any(k.startswith("llmrt_http_requests_total{") for k in m)
+
+
+def test_cli_rejects_a_bad_prefill_chunk(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "llmrt", "serve", "--prefill-chunk", "0", "--port", str(_free_port())],
+                       capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert r.returncode == 2 and "--prefill-chunk" in r.stderr and ">= 1" in r.stderr
 
 
 def test_cli_needs_a_model_file(tmp_path):
