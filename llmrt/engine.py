@@ -233,7 +233,7 @@ class Engine:
         self.model = model
         self.tokenizer = model.tokenizer
         self.n_batch = int(n_batch)
-        self.prefill_chunk = None if prefill_chunk is None else int(prefill_chunk)
+        self.prefill_chunk = None if prefill_chunk is None else min(int(prefill_chunk), self.n_batch)
         self._dec_s: Optional[float] = None       # seconds per decode step (average)
         self._pre_tok_s: Optional[float] = None   # seconds per prefilled token (average)
         self.max_queue = int(max_queue)
@@ -256,7 +256,7 @@ class Engine:
         self._thread.start()
         log.info("llmrt: engine: %d slots, %s, prefill chunks of %d (%s while streams decode)",
                  len(self.slots), self.slots[0].session.describe(), self.n_batch,
-                 "auto" if self.prefill_chunk is None else min(self.prefill_chunk, self.n_batch))
+                 "auto" if self.prefill_chunk is None else self.prefill_chunk)
 
     # ---- public ----------------------------------------------------------------------------
 
@@ -622,7 +622,7 @@ class Engine:
         (a running stream then waits ~3 steps' time for its token instead of a whole n_batch
         chunk's), at least _PREFILL_MIN; never more than n_batch."""
         if self.prefill_chunk is not None:
-            return min(self.prefill_chunk, self.n_batch)
+            return self.prefill_chunk
         if self._dec_s is None or not self._pre_tok_s:
             n = 2 * _PREFILL_MIN                   # nothing measured yet
         else:

@@ -175,7 +175,7 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
     tile_store(&acc[0][0], 4, summ, NT, q8_1, y, ys, n_rows);
 }
 
-/* ---- prefill (n_x > 1) for the unsigned-quant types (Q4_0, Q4_1, Q5_0, Q5_1) -----------------------
+/* ---- prefill (n_x > 1) for the unsigned-quant lane-order types (Q4_1, Q5_0, Q5_1) ------------------
  * The group's quants are unpacked once per call into wq [nb][Q32_R][32] bytes (each row's 32 quants
  * of a block, 5th bit included, as vec_dot's maddubs operand), so a tile spends no work on unpacking
  * and every weight vector is one aligned load. A tile is 4 rows x NTU tokens. Per (row, token, block):
@@ -472,7 +472,7 @@ static ALWAYS_INLINE __m256i q4b_pair_sums(const int type, int64_t nb, const uin
 /* one token, one group (4 rows), blocks [ib0, ib0 + cb): acc lane r += the blocks' d_w·d_y·isum, in
  * block order. Two blocks per step: their pair sums joined by one vphaddd + vpermq into [block ib:
  * rows 0..3 | ib + 1: rows 0..3], then one sub, cvt and mul for both, and the two fmas in turn.
- * sy8[4b .. 4b + 3] = 8·Σ of block ib0 + b's activations (Q4_0: Σ(q - 8)·y = Σ q·y - 8·Σy; IQ4_NL 0),
+ * sy8[4b .. 4b + 3] = 8·Σ of block ib0 + b's activations (Q4_0: Σ(q - 8)·y = Σ q·y - 8·Σy; IQ4_NL: not made),
  * dy[4b ..] its d as f32, four copies each so two blocks' are one load; both made once per call for
  * every group (groups are streamed one after the other, as tile_q32 does: two groups at once
  * measured 40 % slower end to end, decode from DRAM). */
@@ -508,14 +508,16 @@ static ALWAYS_INLINE __m128 q4b_gemv4(const int type, int64_t nb, const uint8_t 
     return acc;
 }
 
-/* the token's blocks [ib0, ib0 + cb) for q4b_gemv4: 8·Σy (Q4_0; IQ4_NL 0) and d_y as f32, 4 copies each */
+/* the token's blocks [ib0, ib0 + cb) for q4b_gemv4: d_y as f32 and (Q4_0 only: IQ4_NL reads none) 8·Σy,
+ * 4 copies each */
 static ALWAYS_INLINE void q4b_gemv_stage(const int type, const uint8_t *x, int64_t ib0, int cb, int32_t *sy8, float *dy) {
     const __m256i k8 = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
     for (int b = 0; b < cb; b++) {
         const block_q8_0 *yb = (const block_q8_0 *)x + ib0 + b;
         _mm_storeu_ps(dy + 4 * b, _mm_set1_ps(f16(yb->d)));
-        const int32_t s = type == LLMRT_TYPE_Q4_0 ? hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(k8, loadu256(yb->qs)), ones)) : 0;
-        _mm_storeu_si128((__m128i *)(sy8 + 4 * b), _mm_set1_epi32(s));
+        if (type == LLMRT_TYPE_Q4_0)
+            _mm_storeu_si128((__m128i *)(sy8 + 4 * b),
+                             _mm_set1_epi32(hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(k8, loadu256(yb->qs)), ones))));
     }
 }
 
