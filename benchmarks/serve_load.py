@@ -17,8 +17,9 @@ Every request of a round has its own prompt (fixed English texts of 36-48 tokens
 so neither server's prefix / prompt cache turns a request into a cache hit.
 
 Per request: time to first token (TTFT: request sent -> first chunk with non-empty text), the
-gaps between successive chunks with text (inter-token latency, ITL), the number of chunks with
-text (= tokens), total time. Per (server, concurrency, round): tokens/s = all tokens of all
+gaps between successive chunks with text (inter-token latency, ITL), the tokens (the final
+usage's completion_tokens, asked for with stream_options.include_usage; the chunks with text when
+a server sends no usage), total time. Per (server, concurrency, round): tokens/s = all tokens of all
 requests / wall time from the first request's start to the last one's end, median TTFT, ITL p50
 and p99 over all gaps of all requests, and the number of requests that failed or streamed fewer
 than max_tokens tokens ("bad", 0 expected with ignore_eos). Over rounds the table gives tok/s
@@ -227,8 +228,8 @@ def stream_request(port: int, prompt: str, max_tokens: int) -> dict:
     The body is read line by line (server-sent events: `data: {...}` lines, blank lines between
     events) until `data: [DONE]`. Times are time.perf_counter() seconds."""
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "stream": True, "ignore_eos": True})
-    rec = {"start": time.perf_counter(), "ttft": None, "gaps": [], "tokens": 0, "total": None,
+                       "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}})
+    rec = {"start": time.perf_counter(), "ttft": None, "gaps": [], "tokens": 0, "chunks": 0, "total": None,
            "end": None, "error": None, "done": False}
     last = None
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT)
@@ -260,7 +261,7 @@ def stream_request(port: int, prompt: str, max_tokens: int) -> dict:
                 text = "".join(ch.get("text") or "" for ch in ev.get("choices") or [])
                 if not text:
                     continue
-                rec["tokens"] += 1
+                rec["chunks"] += 1
                 if last is None:
                     rec["ttft"] = now - rec["start"]
                 else:
@@ -268,6 +269,11 @@ def stream_request(port: int, prompt: str, max_tokens: int) -> dict:
                 last = now
             if not rec["done"] and rec["error"] is None:
                 rec["error"] = "stream ended without data: [DONE]"
+            # the tokens: the usage the server sent at the end (stream_options.include_usage), else
+            # the text chunks (a token whose text is held back, e.g. the first bytes of a UTF-8
+            # character, makes no chunk of its own: random-weight models emit many such)
+            u = (rec.get("usage") or {}).get("completion_tokens")
+            rec["tokens"] = u if rec["done"] and isinstance(u, int) else rec["chunks"]
     except Exception as e:                          # noqa: BLE001 - a failed request is counted
         rec["error"] = f"{type(e).__name__}: {e}"
     finally:

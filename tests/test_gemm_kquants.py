@@ -39,7 +39,7 @@ F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), 
 
 K_QUANT = (256, 512, 2560)
 K_FLOAT = (256, 512, 2560, 37, 1000, 2571)  # 37, 1000, 2571: tails past every vector width
-N_X = (1, 2, 3, 5, 17, 64)
+N_X = (1, 2, 3, 4, 5, 17, 64)
 R = 8  # rows per packed group (pack_k.h: PK_R)
 M_SHAPES = (1, R - 1, R + 1, 37)
 
@@ -279,7 +279,7 @@ def test_gemm_several_groups_per_call_kquants(isa_level, t, k, rng):
     tails of its 4-token steps and of its 64-token chunks)."""
     R = core.pack_rows(int(t))
     M = 3 * R + 1                                    # groups 0..2 full, group 3 one real row
-    n_xs = (1, 2, 3, 5, 17, 64, 70)
+    n_xs = (1, 2, 3, 4, 5, 17, 64, 70)
     w = random_rows(t, k, M, rng)
     a = act_rows(t, k, max(n_xs), rng)
     pw = core.pack_weight(w, int(t), k, M)

@@ -374,7 +374,7 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * no horizontal sum. dot_avx2.c's vec_dots and these kernels give that, bit for bit with each other
  * (the integers are exact whatever their order). A call holds up to 2·Q4B_SETS groups (64 rows,
  * gemm_groups = 16), 8-row sets, rows in the 8 lanes of a vector:
- *   - n_x <= X8_SMALL_NX (decode, a batched decode step of 2 or 3): per token, group and block, from
+ *   - n_x <= X8_SMALL_NX (decode, a batched decode step of up to 5 sequences): per group and block, from
  *     the quants in word pairs (gemm_q32.h): per pair vector j one 8-byte broadcast of the token's
  *     words 2j, 2j + 1 serves the 4 rows (Q4_0: maddubs(q, y) of the unsigned nibbles, the 4
  *     summed in i16, one madd; IQ4_NL: the sign trick on the levels, a madd each), giving lane 2r + g
@@ -384,8 +384,15 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     lanes summed by a 4-row tree of unpacks and adds (4 madds and 11 instructions per 4 rows and
  *     block; llvm-mca -mcpu=znver3: the FP pipes are the bound): a standalone copy, one thread,
  *     K = 1536, 512 rows from L2, 2.72 -> 2.19 cycles per (row, block) for Q4_0, 3.43 -> 3.30 for
- *     IQ4_NL;
- *   - more tokens (prefill, and batched decode steps from 4 sequences on): the block's quants
+ *     IQ4_NL. A batched step goes group by group, up to 4 tokens per pass (q4b_gemv4_nt): the
+ *     quants of two blocks are unpacked and their d widened once for the pass's tokens, the group
+ *     is read from memory once (the first pass prefetches ahead) and from L1 by a second pass. The
+ *     tokens went one after the other over all the call's groups before (64 rows, from L2 after the
+ *     first token; the transposing tile from 4 tokens on): `llmrt bench synthetic-0.4b-q4_0.gguf -t 2
+ *     -p N -n 0 -r 15`, alternated 3 times, t/s before / after: pp2 85-103 / 108-136, pp3 99-116 /
+ *     120-163, pp4 113-135 / 152-168, pp5 117-139 / 124-174; pp6 about equal, pp8 faster in the tile
+ *     (164-212 / 131-156), so the tile from 6 tokens on;
+ *   - more tokens (prefill, and batched decode steps from 6 sequences on): the block's quants
  *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3: from the word pairs,
  *     one shufps + vpermq per vector c for 8 rows) as int8 w. Q4_0: w =
  *     q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for Q4B_NT tokens;
@@ -418,13 +425,14 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * kernel, 13 pinned). `benchmarks/matmul.py -t 1 -n 64 --packed-only`, 1536 x 4096, three
  * alternated rounds: Q4_0 6.64-6.79 -> 5.22-5.32 ms, 576 x 1536 0.95-1.00 ->
  * 0.78-0.81 ms; and with it the tile beats the GEMV from 3 tokens on with the weights in L3 (n = 3
- * / 4: 0.62 / 0.82 -> 0.52 / 0.57 ms). End to end, weights from DRAM, the GEMV keeps 3 tokens:
- * `llmrt bench -p 3 -n 0 -r 20`, X8_SMALL_NX 2 and 3 alternated 4 times, t/s: 0.4b Q4_0 110-119
- * vs 118-122, 1.5b 37.6-41.6 vs 38.4-40.4, 3b 16.8-19.5 vs 18.3-20.8 (the GEMV streams each group
- * with its arithmetic, the tile transposes a call's weights in one burst first); at 2 tokens the
- * tile loses clearly (0.4b pp2 96-110 vs 57-75 t/s), at 4 it wins (0.4b pp4 125-135 vs 115-124). */
+ * / 4: 0.62 / 0.82 -> 0.52 / 0.57 ms). End to end, weights from DRAM, the token-by-token GEMV
+ * then kept 3 tokens (the GEMV streams each group with its arithmetic, the tile transposes a
+ * call's weights in one burst first); the GEMV over up to 4 tokens at once (above) keeps 5. */
 #ifndef X8_SMALL_NX
-#define X8_SMALL_NX 3 /* up to this many tokens the per-token GEMV (no transpose to repay) */
+#define X8_SMALL_NX 5 /* up to this many tokens the GEMV (no transpose to repay) */
+#endif
+#ifndef Q4B_GV_NT
+#define Q4B_GV_NT 4 /* tokens per GEMV pass over a group (q4b_gemv4_nt; 2 measured slower at 3-5 tokens) */
 #endif
 #define Q4B_NT 4    /* tokens per prefill tile (4 accumulators, 4 integer sums) */
 #define Q4B_CB 64   /* blocks per transposed chunk (K <= 2048 in one; a set's chunk is 16 KB, 128 KB
@@ -449,10 +457,9 @@ static ALWAYS_INLINE __m256 q4b_d8(const uint8_t *g0, const uint8_t *g1, int64_t
  * broadcast of yq's words 2j, 2j + 1 per pair vector. Q4_0: the unsigned quants (Σ q·y; the caller
  * subtracts 8·Σy), 4 maddubs summed in i16 (|.| <= 4·2·15·128 = 15360) and one madd; IQ4_NL: the
  * levels with the sign trick, a madd per pair vector (a maddubs pair reaches 2·127·127). */
-static ALWAYS_INLINE __m256i q4b_pair_sums(const int type, int64_t nb, const uint8_t *g, int64_t ib, const void *yq) {
+static ALWAYS_INLINE __m256i q4b_sums(const int type, const __m256i p[4], const void *yq) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i p[4], y[4];
-    q32_block_pairs(type, nb, g, ib, p);
+    __m256i y[4];
     for (int j = 0; j < 4; j++) { /* one word each: a vpbroadcastq from memory (a copy of all 32 bytes
                                    * first went through the stack) */
         long long w;
@@ -467,6 +474,12 @@ static ALWAYS_INLINE __m256i q4b_pair_sums(const int type, int64_t nb, const uin
     __m256i s = dot_i8_i8(p[0], y[0]);
     for (int j = 1; j < 4; j++) s = _mm256_add_epi32(s, dot_i8_i8(p[j], y[j]));
     return s;
+}
+
+static ALWAYS_INLINE __m256i q4b_pair_sums(const int type, int64_t nb, const uint8_t *g, int64_t ib, const void *yq) {
+    __m256i p[4];
+    q32_block_pairs(type, nb, g, ib, p);
+    return q4b_sums(type, p, yq);
 }
 
 /* one token, one group (4 rows), blocks [ib0, ib0 + cb): acc lane r += the blocks' d_w·d_y·isum, in
@@ -506,6 +519,47 @@ static ALWAYS_INLINE __m128 q4b_gemv4(const int type, int64_t nb, const uint8_t 
         acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, acc);
     }
     return acc;
+}
+
+/* q4b_gemv4 for NT tokens (a batched decode step) at once: per pair of blocks the group's quants are
+ * unpacked and its d widened once for the NT tokens, then each token's sums, scales and fmas are
+ * q4b_gemv4's (the same operations on the same values: the same bits). sy8[t], dy[t]: token t's
+ * staging, x + t * x_stride its activations; acc[t] its 4 rows. */
+static ALWAYS_INLINE void q4b_gemv4_nt(const int type, const int NT, int64_t nb, const uint8_t *g, const uint8_t *x,
+                                       size_t x_stride, int64_t ib0, int cb, const int32_t (*sy8)[4 * Q4B_GV_CB],
+                                       const float (*dy)[4 * Q4B_GV_CB], __m128 *accp) {
+    const size_t pfs = 4 * 2 + 4 * 16;
+    __m128 acc[4]; /* in registers (through the pointer GCC kept them in memory: a store and a reload
+                    * on every fma's chain) */
+    for (int t = 0; t < NT; t++) acc[t] = accp[t];
+    int b = 0;
+    for (; b + 2 <= cb; b += 2) {
+        const int64_t ib = ib0 + b;
+        const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * pfs; /* a hint only */
+        _mm_prefetch((const char *)a, _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
+        __m256i p0[4], p1[4];
+        q32_block_pairs(type, nb, g, ib, p0);
+        q32_block_pairs(type, nb, g, ib + 1, p1);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + ib * 8)));
+        for (int t = 0; t < NT; t++) {
+            const block_q8_0 *xq = (const block_q8_0 *)(x + (size_t)t * x_stride);
+            const __m256i s0 = q4b_sums(type, p0, xq[ib].qs);
+            const __m256i s1 = q4b_sums(type, p1, xq[ib + 1].qs);
+            __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
+            if (type == LLMRT_TYPE_Q4_0)
+                isum = _mm256_sub_epi32(isum, _mm256_loadu_si256((const __m256i *)(sy8[t] + 4 * b)));
+            const __m256 f = _mm256_cvtepi32_ps(isum);
+            const __m256 d = _mm256_mul_ps(dw, _mm256_loadu_ps(dy[t] + 4 * b));
+            acc[t] = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(d), acc[t]);
+            acc[t] = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(d, 1), acc[t]);
+        }
+    }
+    if (b < cb) /* an odd last block: q4b_gemv4's, token by token */
+        for (int t = 0; t < NT; t++)
+            acc[t] = q4b_gemv4(type, nb, g, x + (size_t)t * x_stride, ib0 + b, 1, sy8[t] + 4 * b, dy[t] + 4 * b, acc[t]);
+    for (int t = 0; t < NT; t++) accp[t] = acc[t];
 }
 
 /* the token's blocks [ib0, ib0 + cb) for q4b_gemv4: d_y as f32 and (Q4_0 only: IQ4_NL reads none) 8·Σy,
@@ -618,21 +672,35 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
     const int nset = (ngr + 1) / 2;               /* 8-row sets */
     const uint8_t *xb = (const uint8_t *)x;
     if (n_x <= X8_SMALL_NX) {
-        __m128 acc[2 * Q4B_SETS];
-        int32_t sy8[4 * Q4B_GV_CB];
-        float dy[4 * Q4B_GV_CB];
-        for (int j = 0; j < n_x; j++) {
-            const uint8_t *xj = xb + (size_t)j * x_stride;
-            for (int g = 0; g < ngr; g++) acc[g] = _mm_setzero_ps();
-            for (int64_t ib0 = 0; ib0 < nb; ib0 += Q4B_GV_CB) {
-                const int cb = nb - ib0 < Q4B_GV_CB ? (int)(nb - ib0) : Q4B_GV_CB;
-                q4b_gemv_stage(type, xj, ib0, cb, sy8, dy);
-                for (int g = 0; g < ngr; g++)
-                    acc[g] = q4b_gemv4(type, nb, (const uint8_t *)group + (size_t)g * gb, xj, ib0, cb, sy8, dy, acc[g]);
+        __m128 acc[X8_SMALL_NX][2 * Q4B_SETS];
+        int32_t sy8[X8_SMALL_NX][4 * Q4B_GV_CB];
+        float dy[X8_SMALL_NX][4 * Q4B_GV_CB];
+        for (int j = 0; j < n_x; j++)
+            for (int g = 0; g < ngr; g++) acc[j][g] = _mm_setzero_ps();
+        for (int64_t ib0 = 0; ib0 < nb; ib0 += Q4B_GV_CB) {
+            const int cb = nb - ib0 < Q4B_GV_CB ? (int)(nb - ib0) : Q4B_GV_CB;
+            for (int j = 0; j < n_x; j++) q4b_gemv_stage(type, xb + (size_t)j * x_stride, ib0, cb, sy8[j], dy[j]);
+            for (int g = 0; g < ngr; g++) {
+                const uint8_t *gg = (const uint8_t *)group + (size_t)g * gb;
+                __m128 a[X8_SMALL_NX];
+                for (int j = 0; j < n_x; j++) a[j] = acc[j][g];
+                if (n_x == 1) a[0] = q4b_gemv4(type, nb, gg, xb, ib0, cb, sy8[0], dy[0], a[0]);
+                for (int j0 = 0; n_x > 1 && j0 < n_x; j0 += Q4B_GV_NT) { /* up to Q4B_GV_NT tokens per pass */
+                    const uint8_t *xj = xb + (size_t)j0 * x_stride;
+                    switch (n_x - j0 < Q4B_GV_NT ? n_x - j0 : Q4B_GV_NT) { /* constant counts: accumulators in registers */
+                    case 1: a[j0] = q4b_gemv4(type, nb, gg, xj, ib0, cb, sy8[j0], dy[j0], a[j0]); break;
+                    case 2: q4b_gemv4_nt(type, 2, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
+                    case 3: q4b_gemv4_nt(type, 3, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
+                    default: q4b_gemv4_nt(type, 4, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
+                    }
+                }
+                for (int j = 0; j < n_x; j++) acc[j][g] = a[j];
             }
+        }
+        for (int j = 0; j < n_x; j++) {
             for (int g = 0; g < ngr; g++) {
                 _Alignas(16) float out[4];
-                _mm_store_ps(out, acc[g]);
+                _mm_store_ps(out, acc[j][g]);
                 for (int r = 0; r < Q32_R && g * Q32_R + r < n_rows; r++) y[(int64_t)j * y_stride + g * Q32_R + r] = out[r];
             }
         }
