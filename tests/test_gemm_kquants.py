@@ -252,9 +252,10 @@ def kernel_level(name):
     raise AssertionError(f"{name}: no ISA level suffix")
 
 
-# Q4_K / Q6_K prefill (gemm_k_avx2.c: n_x > 1 runs in chunks of TC = 32 activation rows): token
-# counts around and past the chunk size, rows that do not fill the last group (M = 13)
-N_X_PREFILL = (4, 9, 31, 32, 33, 65, 70)
+# Q4_K / Q6_K prefill (gemm_k_avx2.c: from 9 tokens on, in chunks of TC = 32 activation rows; fewer:
+# the GEMV over the tokens): token counts around that bound and around and past the chunk size, rows
+# that do not fill the last group (M = 13)
+N_X_PREFILL = (4, 5, 8, 9, 31, 32, 33, 65, 70)
 
 
 @pytest.mark.parametrize("n_x", N_X_PREFILL)

@@ -18,7 +18,7 @@
  *
  * Speed: a row's quants are unpacked into registers once per super-block and reused for TT
  * activation rows; scales and mins come pre-expanded from the packed layout (no 6-bit unpacking).
- * Prefill (n_x > 1) of Q4_K and Q6_K has its own loops (gemm_q4_K_prefill, gemm_q6_K_prefill): a
+ * Prefill (more than 8 tokens) of Q4_K and Q6_K has its own loops (gemm_q4_K_prefill, gemm_q6_K_prefill): a
  * super-block's quants rearranged once per chunk of tokens so that maddubs results of one scale
  * are summed in i16 before the madd by the scale (exact: the bounds are in their comments), which
  * cuts the multiplies (the AVX2 bottleneck here) by half (Q4_K) and a quarter (Q6_K) while every
@@ -89,7 +89,7 @@ static inline __m256i isum8_i8(const __m256i *q, const __m256i *sc, const int8_t
     return isum;
 }
 
-/* ---- Q4_K / Q6_K prefill (n_x > 1): quants rearranged once per (chunk of tokens, super-block) --------- */
+/* ---- Q4_K / Q6_K prefill (n_x > 8): quants rearranged once per (chunk of tokens, super-block) --------- */
 
 #define TC 32  /* Q6_K: activation rows per chunk: a row's paired quants and scales are made once per
                 * (chunk, super-block) and used for all TC rows; the accumulators (8 rows x TC vectors,
@@ -104,7 +104,7 @@ static ALWAYS_INLINE __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* Q4_K, n_x > 1: the GEMV's float operations on the same values (acc, accm per token with the 8 rows
+/* Q4_K, n_x > Q4K_SMALL_NX: the GEMV's float operations on the same values (acc, accm per token with the 8 rows
  * in lanes; the integers isum, imin are exact whatever their order), with the rows in the lanes of
  * the integer work too, so no per-token hsum8 and half the multiplies: per super-block the call's
  * quants (one or two groups) are transposed once per chunk into w[s][g][m] (lane r: quants 32g +
@@ -235,9 +235,13 @@ static void gemm_q4_K_prefill(int64_t K, const uint8_t *group, int n_rows, const
 /* ---- Q4_K: rows in lanes ------------------------------------------------------------------------ */
 
 #ifndef Q4K_SMALL_NX
-#define Q4K_SMALL_NX 4 /* up to this many tokens (decode, a batched decode step) the GEMV below, each row's
-                        * quants unpacked once for the tokens; more: gemm_q4_K_prefill, whose transposes
-                        * a few tokens do not repay */
+#define Q4K_SMALL_NX 8 /* up to this many tokens (decode, a batched decode step: one tile of TT) the GEMV
+                        * below, each row's quants unpacked once for the tokens; more: gemm_q4_K_prefill,
+                        * whose transposes a few tokens do not repay. With the weights in L3 on one thread
+                        * the prefill loop is ahead from 5 tokens on, but a serving step reads them from
+                        * memory on all threads: synthetic 0.4b Q4_K_M, `Model.eval_sessions` of 6 / 8
+                        * sequences, 2 threads, 2 alternated rounds, the Q4_K matmuls (ms) 31.4-38.9 /
+                        * 38.3-44.5 in the prefill loop, 21.0-28.5 / 30.9-32.7 here */
 #endif
 
 static void gemm_q4_K_avx2(int64_t K, const void *group, int n_rows, const void *x, size_t x_stride, int n_x,
@@ -329,8 +333,13 @@ static ALWAYS_INLINE void unpack_row(int kind, const uint8_t *bg, int r, __m256i
     }
 }
 
-#define KL_STREAM_NX 4 /* gemm_lanes: up to this many tokens (decode, a batched decode step) the weights stream
-                        * from memory once: prefetch them as the GEMV does */
+#ifndef KL_STREAM_NX
+#define KL_STREAM_NX 8 /* gemm_lanes: up to this many tokens (decode, a batched decode step: one tile of TT) the
+                        * weights stream from memory once: prefetch them as the GEMV does. Q6_K takes gemm_lanes
+                        * up to here too: `benchmarks/matmul.py -t 1 --packed-only --type Q6_K`, 4096 x 1536,
+                        * min of 4 alternated rounds, gemm_lanes / gemm_q6_K_prefill ms: n = 5 0.71 / 1.01,
+                        * n = 8 1.18 / 1.35, n = 16 2.32 / 2.29, n = 64 8.63 / 8.68 */
+#endif
 
 static ALWAYS_INLINE void gemm_lanes(int kind, int64_t K, const void *group, int n_rows, const void *x,
                                      size_t x_stride, int n_x, float *y, int64_t y_stride) {
@@ -424,7 +433,7 @@ static ALWAYS_INLINE void pair_words(__m256i u, __m256i v, __m256i *lo, __m256i 
     *hi = _mm256_blend_epi16(_mm256_srli_epi32(u, 16), v, 0xAA);
 }
 
-/* Q6_K, n_x > 1: gemm_lanes' float operations on the same values (8 f32 lanes per (row, token),
+/* Q6_K, n_x > KL_STREAM_NX: gemm_lanes' float operations on the same values (8 f32 lanes per (row, token),
  * acc = fma(d·dy, lanes, acc) per super-block, hsum at the end) and the same integer lanes (lane k:
  * Σ_g sc·Σ q·y over elements 4k..4k+3 of each 32-group g, minus 32·(bsums[2k]·sc[2k] +
  * bsums[2k+1]·sc[2k+1])), computed with fewer multiplies: groups are taken in pairs (g0, g1) =
@@ -506,7 +515,8 @@ static void gemm_q6_K_avx2(int64_t K, const void *group, int n_rows, const void 
     /* a batched decode step (up to KL_STREAM_NX tokens, e.g. the output matrix of a serving step: one
      * row per sequence) takes the GEMV, which streams the weights with prefetches; the prefill loop
      * (same bits) has none and pairs the quants per call: the synthetic 0.4b's 49152 x 1536 output
-     * matrix took 7.2 ms for 2 tokens there against 2.3 for one, 2.8 in the GEMV (benchmarks/README.md) */
+     * matrix took 7.2 ms for 2 tokens there against 2.3 for one, 2.8 in the GEMV (benchmarks/README.md);
+     * from about 16 tokens on the two measure the same (KL_STREAM_NX) */
     if (n_x > KL_STREAM_NX) {
         gemm_q6_K_prefill(K, (const uint8_t *)group, n_rows, (const uint8_t *)x, x_stride, n_x, y, y_stride);
         return;
