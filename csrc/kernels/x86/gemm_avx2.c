@@ -374,7 +374,7 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * no horizontal sum. dot_avx2.c's vec_dots and these kernels give that, bit for bit with each other
  * (the integers are exact whatever their order). A call holds up to 2·Q4B_SETS groups (64 rows,
  * gemm_groups = 16), 8-row sets, rows in the 8 lanes of a vector:
- *   - n_x <= X8_SMALL_NX (decode, a batched decode step of up to 5 sequences): per group and block, from
+ *   - n_x <= X8_SMALL_NX (decode, a batched decode step of up to 6 sequences): per group and block, from
  *     the quants in word pairs (gemm_q32.h): per pair vector j one 8-byte broadcast of the token's
  *     words 2j, 2j + 1 serves the 4 rows (Q4_0: maddubs(q, y) of the unsigned nibbles, the 4
  *     summed in i16, one madd; IQ4_NL: the sign trick on the levels, a madd each), giving lane 2r + g
@@ -390,9 +390,10 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     tokens went one after the other over all the call's groups before (64 rows, from L2 after the
  *     first token; the transposing tile from 4 tokens on): `llmrt bench synthetic-0.4b-q4_0.gguf -t 2
  *     -p N -n 0 -r 15`, alternated 3 times, t/s before / after: pp2 85-103 / 108-136, pp3 99-116 /
- *     120-163, pp4 113-135 / 152-168, pp5 117-139 / 124-174; pp6 about equal, pp8 faster in the tile
- *     (164-212 / 131-156), so the tile from 6 tokens on;
- *   - more tokens (prefill, and batched decode steps from 6 sequences on): the block's quants
+ *     120-163, pp4 113-135 / 152-168, pp5 117-139 / 124-174; a serving step of 6 / 8 sequences
+ *     (`Model.eval_sessions`, 2 alternated rounds, the Q4_0 matmuls, tile / GEMV) 34.6-37.3 /
+ *     30.4-30.5 ms and 36.9-39.4 / 40.6-40.8 ms, so the tile from 7 tokens on;
+ *   - more tokens (prefill, and batched decode steps from 7 sequences on): the block's quants
  *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3: from the word pairs,
  *     one shufps + vpermq per vector c for 8 rows) as int8 w. Q4_0: w =
  *     q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for Q4B_NT tokens;
@@ -427,9 +428,9 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * 0.78-0.81 ms; and with it the tile beats the GEMV from 3 tokens on with the weights in L3 (n = 3
  * / 4: 0.62 / 0.82 -> 0.52 / 0.57 ms). End to end, weights from DRAM, the token-by-token GEMV
  * then kept 3 tokens (the GEMV streams each group with its arithmetic, the tile transposes a
- * call's weights in one burst first); the GEMV over up to 4 tokens at once (above) keeps 5. */
+ * call's weights in one burst first); the GEMV over up to 4 tokens at once (above) keeps 6. */
 #ifndef X8_SMALL_NX
-#define X8_SMALL_NX 5 /* up to this many tokens the GEMV (no transpose to repay) */
+#define X8_SMALL_NX 6 /* up to this many tokens the GEMV (no transpose to repay) */
 #endif
 #ifndef Q4B_GV_NT
 #define Q4B_GV_NT 4 /* tokens per GEMV pass over a group (q4b_gemv4_nt; 2 measured slower at 3-5 tokens) */
