@@ -453,9 +453,9 @@ static ALWAYS_INLINE __m256 q4b_d8(const uint8_t *g0, const uint8_t *g1, int64_t
 #define Q4B_GV_CB 1024 /* decode: blocks per staged chunk of the token (8·Σy and d_y, 4 copies each: 32 KB):
                         * a group streams front to back for K <= 32768 */
 
-/* The 4 rows' integer sums of block ib against the token's 32 int8 activations yq, from the word
- * pairs (gemm_q32.h): i32 lane 2r + g = row r's Σ over its words 2j + g, j = 0..3, one 8-byte
- * broadcast of yq's words 2j, 2j + 1 per pair vector. Q4_0: the unsigned quants (Σ q·y; the caller
+/* The 4 rows' integer sums of a block against the token's 32 int8 activations yq, from the block's
+ * word pairs p (gemm_q32.h, q32_block_pairs): i32 lane 2r + g = row r's Σ over its words 2j + g,
+ * j = 0..3, one 8-byte broadcast of yq's words 2j, 2j + 1 per pair vector. Q4_0: the unsigned quants (Σ q·y; the caller
  * subtracts 8·Σy), 4 maddubs summed in i16 (|.| <= 4·2·15·128 = 15360) and one madd; IQ4_NL: the
  * levels with the sign trick, a madd per pair vector (a maddubs pair reaches 2·127·127). */
 static ALWAYS_INLINE __m256i q4b_sums(const int type, const __m256i p[4], const void *yq) {
@@ -477,6 +477,7 @@ static ALWAYS_INLINE __m256i q4b_sums(const int type, const __m256i p[4], const 
     return s;
 }
 
+/* q4b_sums of block ib's quants (q4b_gemv4_nt unpacks them once for several tokens instead) */
 static ALWAYS_INLINE __m256i q4b_pair_sums(const int type, int64_t nb, const uint8_t *g, int64_t ib, const void *yq) {
     __m256i p[4];
     q32_block_pairs(type, nb, g, ib, p);
