@@ -384,7 +384,7 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  *     lanes summed by a 4-row tree of unpacks and adds (4 madds and 11 instructions per 4 rows and
  *     block; llvm-mca -mcpu=znver3: the FP pipes are the bound): a standalone copy, one thread,
  *     K = 1536, 512 rows from L2, 2.72 -> 2.19 cycles per (row, block) for Q4_0, 3.43 -> 3.30 for
- *     IQ4_NL. A batched step goes group by group, up to 4 tokens per pass (q4b_gemv4_nt): the
+ *     IQ4_NL. A batched step goes group by group, up to 4 tokens per pass (q4b_gemv4): the
  *     quants of two blocks are unpacked and their d widened once for the pass's tokens, the group
  *     is read from memory once (the first pass prefetches ahead) and from L1 by a second pass. The
  *     tokens went one after the other over all the call's groups before (64 rows, from L2 after the
@@ -433,7 +433,7 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
 #define X8_SMALL_NX 6 /* up to this many tokens the GEMV (no transpose to repay) */
 #endif
 #ifndef Q4B_GV_NT
-#define Q4B_GV_NT 4 /* tokens per GEMV pass over a group (q4b_gemv4_nt; 2 measured slower at 3-5 tokens) */
+#define Q4B_GV_NT 4 /* tokens per GEMV pass over a group (q4b_gemv4; 2 measured slower at 3-5 tokens) */
 #endif
 #define Q4B_NT 4    /* tokens per prefill tile (4 accumulators, 4 integer sums) */
 #define Q4B_CB 64   /* blocks per transposed chunk (K <= 2048 in one; a set's chunk is 16 KB, 128 KB
@@ -477,67 +477,27 @@ static ALWAYS_INLINE __m256i q4b_sums(const int type, const __m256i p[4], const 
     return s;
 }
 
-/* q4b_sums of block ib's quants (q4b_gemv4_nt unpacks them once for several tokens instead) */
-static ALWAYS_INLINE __m256i q4b_pair_sums(const int type, int64_t nb, const uint8_t *g, int64_t ib, const void *yq) {
-    __m256i p[4];
-    q32_block_pairs(type, nb, g, ib, p);
-    return q4b_sums(type, p, yq);
-}
-
-/* one token, one group (4 rows), blocks [ib0, ib0 + cb): acc lane r += the blocks' d_w·d_y·isum, in
- * block order. Two blocks per step: their pair sums joined by one vphaddd + vpermq into [block ib:
- * rows 0..3 | ib + 1: rows 0..3], then one sub, cvt and mul for both, and the two fmas in turn.
- * sy8[4b .. 4b + 3] = 8·Σ of block ib0 + b's activations (Q4_0: Σ(q - 8)·y = Σ q·y - 8·Σy; IQ4_NL: not made),
- * dy[4b ..] its d as f32, four copies each so two blocks' are one load; both made once per call for
- * every group (groups are streamed one after the other, as tile_q32 does: two groups at once
- * measured 40 % slower end to end, decode from DRAM). */
-static ALWAYS_INLINE __m128 q4b_gemv4(const int type, int64_t nb, const uint8_t *g, const uint8_t *x, int64_t ib0,
-                                      int cb, const int32_t *sy8, const float *dy, __m128 acc) {
+/* NT tokens (1 to Q4B_GV_NT: a decode, or one pass of a batched decode step) of one group (4 rows),
+ * blocks [ib0, ib0 + cb): acc[t] lane r += the blocks' d_w·d_y·isum, in block order. Two blocks per
+ * step: their quants unpacked and their d widened once for the NT tokens, then per token the pair
+ * sums joined by one vphaddd + vpermq into [block ib: rows 0..3 | ib + 1: rows 0..3], one sub, cvt
+ * and mul for both, and the two fmas in turn (each token the same operations as alone: the same
+ * bits). sy8[t][4b .. 4b + 3] = 8·Σ of token t's block ib0 + b activations (Q4_0: Σ(q - 8)·y =
+ * Σ q·y - 8·Σy; IQ4_NL: not made), dy[t][4b ..] its d as f32, four copies each so two blocks' are
+ * one load; both made once per call for every group (groups are streamed one after the other, as
+ * tile_q32 does: two groups at once measured 40 % slower end to end, decode from DRAM). x + t *
+ * x_stride: token t's activations. */
+static ALWAYS_INLINE void q4b_gemv4(const int type, const int NT, int64_t nb, const uint8_t *g, const uint8_t *x,
+                                    size_t x_stride, int64_t ib0, int cb, const int32_t (*sy8)[4 * Q4B_GV_CB],
+                                    const float (*dy)[4 * Q4B_GV_CB], __m128 *accp) {
     const size_t pfs = 4 * 2 + 4 * 16; /* the group's bytes per block (d, nibbles) */
-    const block_q8_0 *xq = (const block_q8_0 *)x;
-    int b = 0;
-    for (; b + 2 <= cb; b += 2) {
-        const int64_t ib = ib0 + b;
-        const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * pfs; /* as tile_q32: a hint only */
-        _mm_prefetch((const char *)a, _MM_HINT_T0);
-        _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
-        const __m256i s0 = q4b_pair_sums(type, nb, g, ib, xq[ib].qs);
-        const __m256i s1 = q4b_pair_sums(type, nb, g, ib + 1, xq[ib + 1].qs);
-        __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
-        if (type == LLMRT_TYPE_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_loadu_si256((const __m256i *)(sy8 + 4 * b)));
-        const __m256 f = _mm256_cvtepi32_ps(isum);
-        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + ib * 8))),
-                                       _mm256_loadu_ps(dy + 4 * b));
-        acc = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(d), acc);
-        acc = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(d, 1), acc);
-    }
-    if (b < cb) { /* an odd last block */
-        const int64_t ib = ib0 + b;
-        const __m256i s0 = q4b_pair_sums(type, nb, g, ib, xq[ib].qs);
-        __m128i isum = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s0), 0x08));
-        if (type == LLMRT_TYPE_Q4_0) isum = _mm_sub_epi32(isum, _mm_loadu_si128((const __m128i *)(sy8 + 4 * b)));
-        const __m128 d = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + ib * 8))), _mm_loadu_ps(dy + 4 * b));
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, acc);
-    }
-    return acc;
-}
-
-/* q4b_gemv4 for NT tokens (a batched decode step) at once: per pair of blocks the group's quants are
- * unpacked and its d widened once for the NT tokens, then each token's sums, scales and fmas are
- * q4b_gemv4's (the same operations on the same values: the same bits). sy8[t], dy[t]: token t's
- * staging, x + t * x_stride its activations; acc[t] its 4 rows. */
-static ALWAYS_INLINE void q4b_gemv4_nt(const int type, const int NT, int64_t nb, const uint8_t *g, const uint8_t *x,
-                                       size_t x_stride, int64_t ib0, int cb, const int32_t (*sy8)[4 * Q4B_GV_CB],
-                                       const float (*dy)[4 * Q4B_GV_CB], __m128 *accp) {
-    const size_t pfs = 4 * 2 + 4 * 16;
     __m128 acc[4]; /* in registers (through the pointer GCC kept them in memory: a store and a reload
                     * on every fma's chain) */
     for (int t = 0; t < NT; t++) acc[t] = accp[t];
     int b = 0;
     for (; b + 2 <= cb; b += 2) {
         const int64_t ib = ib0 + b;
-        const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * pfs; /* a hint only */
+        const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * pfs; /* as tile_q32: a hint only */
         _mm_prefetch((const char *)a, _MM_HINT_T0);
         _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
         _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
@@ -558,9 +518,20 @@ static ALWAYS_INLINE void q4b_gemv4_nt(const int type, const int NT, int64_t nb,
             acc[t] = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(d, 1), acc[t]);
         }
     }
-    if (b < cb) /* an odd last block: q4b_gemv4's, token by token */
-        for (int t = 0; t < NT; t++)
-            acc[t] = q4b_gemv4(type, nb, g, x + (size_t)t * x_stride, ib0 + b, 1, sy8[t] + 4 * b, dy[t] + 4 * b, acc[t]);
+    if (b < cb) { /* an odd last block */
+        const int64_t ib = ib0 + b;
+        __m256i p[4];
+        q32_block_pairs(type, nb, g, ib, p);
+        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + ib * 8)));
+        for (int t = 0; t < NT; t++) {
+            const block_q8_0 *xq = (const block_q8_0 *)(x + (size_t)t * x_stride);
+            const __m256i s0 = q4b_sums(type, p, xq[ib].qs);
+            __m128i isum = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s0), 0x08));
+            if (type == LLMRT_TYPE_Q4_0) isum = _mm_sub_epi32(isum, _mm_loadu_si128((const __m128i *)(sy8[t] + 4 * b)));
+            const __m128 d = _mm_mul_ps(dw, _mm_loadu_ps(dy[t] + 4 * b));
+            acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, acc[t]);
+        }
+    }
     for (int t = 0; t < NT; t++) accp[t] = acc[t];
 }
 
@@ -686,14 +657,13 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
                 const uint8_t *gg = (const uint8_t *)group + (size_t)g * gb;
                 __m128 a[X8_SMALL_NX];
                 for (int j = 0; j < n_x; j++) a[j] = acc[j][g];
-                if (n_x == 1) a[0] = q4b_gemv4(type, nb, gg, xb, ib0, cb, sy8[0], dy[0], a[0]);
-                for (int j0 = 0; n_x > 1 && j0 < n_x; j0 += Q4B_GV_NT) { /* up to Q4B_GV_NT tokens per pass */
+                for (int j0 = 0; j0 < n_x; j0 += Q4B_GV_NT) { /* up to Q4B_GV_NT tokens per pass */
                     const uint8_t *xj = xb + (size_t)j0 * x_stride;
                     switch (n_x - j0 < Q4B_GV_NT ? n_x - j0 : Q4B_GV_NT) { /* constant counts: accumulators in registers */
-                    case 1: a[j0] = q4b_gemv4(type, nb, gg, xj, ib0, cb, sy8[j0], dy[j0], a[j0]); break;
-                    case 2: q4b_gemv4_nt(type, 2, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
-                    case 3: q4b_gemv4_nt(type, 3, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
-                    default: q4b_gemv4_nt(type, 4, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
+                    case 1: q4b_gemv4(type, 1, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
+                    case 2: q4b_gemv4(type, 2, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
+                    case 3: q4b_gemv4(type, 3, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
+                    default: q4b_gemv4(type, 4, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
                     }
                 }
                 for (int j = 0; j < n_x; j++) acc[j][g] = a[j];
