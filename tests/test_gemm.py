@@ -24,7 +24,7 @@ VEC_DOT_TYPE = {T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.Q8_0: T.Q8_0, T.Q4_1: T.Q8_1, 
 # byte offsets of the f16 fields (d, and m for the _1 types) in a GGUF block
 F16_FIELDS = {T.Q4_0: (0,), T.Q5_0: (0,), T.Q8_0: (0,), T.Q4_1: (0, 2), T.Q5_1: (0, 2), T.IQ4_NL: (0,)}
 KS = (32, 96, 416)            # one block, three, thirteen (no tile of 2 / 4 / 8 blocks divides it)
-N_XS = (1, 2, 3, 4, 5, 6, 7, 17, 64)
+N_XS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64)
 
 
 def nbytes(t, n):
@@ -100,18 +100,19 @@ def test_gemm_partial_rows(isa_level, t, rng):
 
 @pytest.mark.parametrize("t", (T.Q4_0, T.IQ4_NL), ids=lambda v: v.name)
 def test_repacked_order_decode_rows_past_the_staging(isa_level, t, rng):
-    """The avx2 decode GEMV (n_x <= X8_SMALL_NX = 6, up to 4 tokens per pass) stages a token's 8·Σy
-    and d_y for up to 1024 blocks at once and runs longer rows in chunks of that many blocks: a row
-    of 1030 blocks (K = 32960) still has vec_dot's bits, for 1 to 6 tokens."""
+    """The avx2 decode GEMV (n_x <= X8_SMALL_NX = 8, IQ4_NL 6: one token, or passes of 2 token pairs,
+    an odd last token staged twice) stages a token's 8·Σy and d_y for up to 1024 blocks at once and runs
+    longer rows in chunks of that many blocks: a row of 1030 blocks (K = 32960) still has vec_dot's
+    bits, for 1 to 8 tokens."""
     K, R = 32 * 1030, core.pack_rows(int(t))
     M = 2 * R + 1
     w = random_rows(t, K, M, rng)
-    x = random_act(T.Q8_0, K, 6, rng)
-    ref = np.array([[core.vec_dot(int(t), w[m], x[j], K) for m in range(M)] for j in range(6)],
+    x = random_act(T.Q8_0, K, 8, rng)
+    ref = np.array([[core.vec_dot(int(t), w[m], x[j], K) for m in range(M)] for j in range(8)],
                    dtype=np.float32)
     pw = core.pack_weight(w, int(t), K, M)
     n_rows = min(M, pw.gemm_groups() * R)          # one call (the generic level: one group)
-    for n_x in (1, 2, 3, 4, 5, 6):
+    for n_x in range(1, 9):
         y = pw.gemm(0, x[:n_x], n_rows)
         np.testing.assert_array_equal(y.view(np.uint32), ref[:n_x, :n_rows].view(np.uint32),
                                       err_msg=f"{t.name} n_x={n_x}")

@@ -374,26 +374,31 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * no horizontal sum. dot_avx2.c's vec_dots and these kernels give that, bit for bit with each other
  * (the integers are exact whatever their order). A call holds up to 2·Q4B_SETS groups (64 rows,
  * gemm_groups = 16), 8-row sets, rows in the 8 lanes of a vector:
- *   - n_x <= X8_SMALL_NX (decode, a batched decode step of up to 6 sequences): per group and block, from
+ *   - n_x <= X8_SMALL_NX (decode, a batched decode step of up to 8 sequences; IQ4_NL 6): per group and block, from
  *     the quants in word pairs (gemm_q32.h): per pair vector j one 8-byte broadcast of the token's
  *     words 2j, 2j + 1 serves the 4 rows (Q4_0: maddubs(q, y) of the unsigned nibbles, the 4
  *     summed in i16, one madd; IQ4_NL: the sign trick on the levels, a madd each), giving lane 2r + g
- *     row r's sum over its words 2j + g; two blocks' lanes are joined by one vphaddd + vpermq into
- *     the 4 rows' isums of both, Q4_0 then less 8·Σy (made once per call for the token's blocks,
- *     with d_y as f32, 4 copies each). The quants were one vector per row before, each row's 8 i32
+ *     row r's sum over its words 2j + g; a decode joins two blocks' lanes by one vphaddd + vpermq into
+ *     the 4 rows' isums of both (q4b_gemv1), Q4_0 then less 8·Σy (made once per call for the token's
+ *     blocks, with d_y as f32, 4 copies each). The quants were one vector per row before, each row's 8 i32
  *     lanes summed by a 4-row tree of unpacks and adds (4 madds and 11 instructions per 4 rows and
  *     block; llvm-mca -mcpu=znver3: the FP pipes are the bound): a standalone copy, one thread,
  *     K = 1536, 512 rows from L2, 2.72 -> 2.19 cycles per (row, block) for Q4_0, 3.43 -> 3.30 for
- *     IQ4_NL. A batched step goes group by group, up to 4 tokens per pass (q4b_gemv4): the
- *     quants of two blocks are unpacked and their d widened once for the pass's tokens, the group
- *     is read from memory once (the first pass prefetches ahead) and from L1 by a second pass. The
- *     tokens went one after the other over all the call's groups before (64 rows, from L2 after the
- *     first token; the transposing tile from 4 tokens on): `llmrt bench synthetic-0.4b-q4_0.gguf -t 2
- *     -p N -n 0 -r 15`, alternated 3 times, t/s before / after: pp2 85-103 / 108-136, pp3 99-116 /
- *     120-163, pp4 113-135 / 152-168, pp5 117-139 / 124-174; a serving step of 6 / 8 sequences
- *     (`Model.eval_sessions`, 2 alternated rounds, the Q4_0 matmuls, tile / GEMV) 34.6-37.3 /
- *     30.4-30.5 ms and 36.9-39.4 / 40.6-40.8 ms, so the tile from 7 tokens on;
- *   - more tokens (prefill, and batched decode steps from 7 sequences on): the block's quants
+ *     IQ4_NL. A batched step goes group by group in passes of 2 token pairs (q4b_gemv_pairs): per
+ *     block the quants unpacked and d widened once for the pass, a pair's two tokens joined by the
+ *     vphaddd + vpermq (one block, 2 tokens) into one accumulator register; the group is read from
+ *     memory once (the first pass prefetches ahead) and from L1 by the next. The tokens went one after
+ *     the other over all the call's groups first (64 rows, from L2 after the first token; the
+ *     transposing tile from 4 tokens on): `llmrt bench synthetic-0.4b-q4_0.gguf -t 2 -p N -n 0 -r 15`,
+ *     alternated 3 times, t/s before / after: pp2 85-103 / 108-136, pp3 99-116 / 120-163, pp4 113-135
+ *     / 152-168, pp5 117-139 / 124-174 (passes of up to 4 tokens, 2 blocks at a time, the tile from 7
+ *     tokens on). Those passes kept 8 quant vectors and 4 accumulators live, and GCC kept the
+ *     accumulators on the stack; the pairs: `benchmarks/matmul.py -t 1 --packed-only --type Q4_0 -n 1
+ *     2 4 6`, 1536 x 4096 (L3), min of 5 alternated rounds, ms: n = 2 0.294 -> 0.261, n = 4 0.535 ->
+ *     0.458, n = 6 0.803 -> 0.693 (n = 1 0.183 / 0.173); a serving step of 8 sequences
+ *     (`Model.eval_sessions`, 2 rounds, the Q4_0 matmuls) 42.2-46.1 ms in the tile, 38.7 in the pairs,
+ *     so the GEMV up to 8 tokens;
+ *   - more tokens (prefill, and batched decode steps from 9 sequences on, IQ4_NL 7): the block's quants
  *     transposed once per call (lane r of vector c = row r's weights 4c..4c+3: from the word pairs,
  *     one shufps + vpermq per vector c for 8 rows) as int8 w. Q4_0: w =
  *     q - 8 in [-8, 7], the activations staged as y + 128 (xor 0x80: unsigned) for Q4B_NT tokens;
@@ -428,13 +433,18 @@ static ALWAYS_INLINE void gemm_q32_avx2(const int type, int64_t K, const void *g
  * 0.78-0.81 ms; and with it the tile beats the GEMV from 3 tokens on with the weights in L3 (n = 3
  * / 4: 0.62 / 0.82 -> 0.52 / 0.57 ms). End to end, weights from DRAM, the token-by-token GEMV
  * then kept 3 tokens (the GEMV streams each group with its arithmetic, the tile transposes a
- * call's weights in one burst first); the GEMV over up to 4 tokens at once (above) keeps 6. */
+ * call's weights in one burst first); the GEMV over token pairs (above) keeps 8. */
 #ifndef X8_SMALL_NX
-#define X8_SMALL_NX 6 /* up to this many tokens the GEMV (no transpose to repay) */
+#define X8_SMALL_NX 8 /* up to this many tokens the GEMV (no transpose to repay): decode, batched steps in pairs */
 #endif
-#ifndef Q4B_GV_NT
-#define Q4B_GV_NT 4 /* tokens per GEMV pass over a group (q4b_gemv4; 2 measured slower at 3-5 tokens) */
+#ifndef X8_SMALL_NX_IQ4NL
+#define X8_SMALL_NX_IQ4NL 6 /* IQ4_NL's bound (<= X8_SMALL_NX): its pair passes spill (the level table and
+                             * the sign trick take registers) and lose more to the tile in L3 than Q4_0's
+                             * (`matmul.py -t 1 --packed-only -n 7 8`, 1536 x 4096, pairs / tile ms: IQ4_NL
+                             * 1.29 / 0.97, 1.35 / 1.05; Q4_0 0.92 / 0.71, 0.90 / 0.77); only Q4_0's were
+                             * timed in a serving step, where they won at 8 */
 #endif
+_Static_assert(X8_SMALL_NX_IQ4NL <= X8_SMALL_NX, "the GEMV's arrays hold X8_SMALL_NX tokens");
 #define Q4B_NT 4    /* tokens per prefill tile (4 accumulators, 4 integer sums) */
 #define Q4B_CB 64   /* blocks per transposed chunk (K <= 2048 in one; a set's chunk is 16 KB, 128 KB
                      * of stack for a call's 8 sets) */
@@ -477,23 +487,18 @@ static ALWAYS_INLINE __m256i q4b_sums(const int type, const __m256i p[4], const 
     return s;
 }
 
-/* NT tokens (1 to Q4B_GV_NT: a decode, or one pass of a batched decode step) of one group (4 rows),
- * blocks [ib0, ib0 + cb): acc[t] lane r += the blocks' d_w·d_y·isum, in block order. Two blocks per
- * step: their quants unpacked and their d widened once for the NT tokens, then per token the pair
- * sums joined by one vphaddd + vpermq into [block ib: rows 0..3 | ib + 1: rows 0..3], one sub, cvt
- * and mul for both, and the two fmas in turn (each token the same operations as alone: the same
- * bits). sy8[t][4b .. 4b + 3] = 8·Σ of token t's block ib0 + b activations (Q4_0: Σ(q - 8)·y =
- * Σ q·y - 8·Σy; IQ4_NL: not made), dy[t][4b ..] its d as f32, four copies each so two blocks' are
- * one load; both made once per call for every group (groups are streamed one after the other, as
- * tile_q32 does: two groups at once measured 40 % slower end to end, decode from DRAM). x + t *
- * x_stride: token t's activations. */
-static ALWAYS_INLINE void q4b_gemv4(const int type, const int NT, int64_t nb, const uint8_t *g, const uint8_t *x,
-                                    size_t x_stride, int64_t ib0, int cb, const int32_t (*sy8)[4 * Q4B_GV_CB],
-                                    const float (*dy)[4 * Q4B_GV_CB], __m128 *accp) {
+/* Decode: the token x of one group (4 rows), blocks [ib0, ib0 + cb): acc lane r += the blocks'
+ * d_w·d_y·isum, in block order. Two blocks per step: the pair sums of both joined by one vphaddd +
+ * vpermq into [block ib: rows 0..3 | ib + 1: rows 0..3], one sub, cvt and mul for both, and the two
+ * fmas in turn. sy8[4b .. 4b + 3] = 8·Σ of block ib0 + b's activations (Q4_0: Σ(q - 8)·y = Σ q·y -
+ * 8·Σy; IQ4_NL: not made), dy[4b ..] its d as f32, four copies each so two blocks' are one load; both
+ * made once per call for every group (groups are streamed one after the other, as tile_q32 does:
+ * two groups at once measured 40 % slower end to end, decode from DRAM). */
+static ALWAYS_INLINE void q4b_gemv1(const int type, int64_t nb, const uint8_t *g, const uint8_t *x, int64_t ib0,
+                                    int cb, const int32_t *sy8, const float *dy, __m128 *accp) {
     const size_t pfs = 4 * 2 + 4 * 16; /* the group's bytes per block (d, nibbles) */
-    __m128 acc[4]; /* in registers (through the pointer GCC kept them in memory: a store and a reload
-                    * on every fma's chain) */
-    for (int t = 0; t < NT; t++) acc[t] = accp[t];
+    const block_q8_0 *xq = (const block_q8_0 *)x;
+    __m128 acc = *accp;
     int b = 0;
     for (; b + 2 <= cb; b += 2) {
         const int64_t ib = ib0 + b;
@@ -505,47 +510,82 @@ static ALWAYS_INLINE void q4b_gemv4(const int type, const int NT, int64_t nb, co
         q32_block_pairs(type, nb, g, ib, p0);
         q32_block_pairs(type, nb, g, ib + 1, p1);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + ib * 8)));
-        for (int t = 0; t < NT; t++) {
-            const block_q8_0 *xq = (const block_q8_0 *)(x + (size_t)t * x_stride);
-            const __m256i s0 = q4b_sums(type, p0, xq[ib].qs);
-            const __m256i s1 = q4b_sums(type, p1, xq[ib + 1].qs);
-            __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
-            if (type == LLMRT_TYPE_Q4_0)
-                isum = _mm256_sub_epi32(isum, _mm256_loadu_si256((const __m256i *)(sy8[t] + 4 * b)));
-            const __m256 f = _mm256_cvtepi32_ps(isum);
-            const __m256 d = _mm256_mul_ps(dw, _mm256_loadu_ps(dy[t] + 4 * b));
-            acc[t] = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(d), acc[t]);
-            acc[t] = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(d, 1), acc[t]);
-        }
+        const __m256i s0 = q4b_sums(type, p0, xq[ib].qs);
+        const __m256i s1 = q4b_sums(type, p1, xq[ib + 1].qs);
+        __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
+        if (type == LLMRT_TYPE_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_loadu_si256((const __m256i *)(sy8 + 4 * b)));
+        const __m256 f = _mm256_cvtepi32_ps(isum);
+        const __m256 d = _mm256_mul_ps(dw, _mm256_loadu_ps(dy + 4 * b));
+        acc = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(d), acc);
+        acc = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(d, 1), acc);
     }
     if (b < cb) { /* an odd last block */
         const int64_t ib = ib0 + b;
         __m256i p[4];
         q32_block_pairs(type, nb, g, ib, p);
         const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + ib * 8)));
-        for (int t = 0; t < NT; t++) {
-            const block_q8_0 *xq = (const block_q8_0 *)(x + (size_t)t * x_stride);
-            const __m256i s0 = q4b_sums(type, p, xq[ib].qs);
-            __m128i isum = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s0), 0x08));
-            if (type == LLMRT_TYPE_Q4_0) isum = _mm_sub_epi32(isum, _mm_loadu_si128((const __m128i *)(sy8[t] + 4 * b)));
-            const __m128 d = _mm_mul_ps(dw, _mm_loadu_ps(dy[t] + 4 * b));
-            acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, acc[t]);
-        }
+        const __m256i s0 = q4b_sums(type, p, xq[ib].qs);
+        __m128i isum = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s0), 0x08));
+        if (type == LLMRT_TYPE_Q4_0) isum = _mm_sub_epi32(isum, _mm_loadu_si128((const __m128i *)(sy8 + 4 * b)));
+        const __m128 d = _mm_mul_ps(dw, _mm_loadu_ps(dy + 4 * b));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, acc);
     }
-    for (int t = 0; t < NT; t++) accp[t] = acc[t];
+    *accp = acc;
 }
 
-/* the token's blocks [ib0, ib0 + cb) for q4b_gemv4: d_y as f32 and (Q4_0 only: IQ4_NL reads none) 8·Σy,
- * 4 copies each */
-static ALWAYS_INLINE void q4b_gemv_stage(const int type, const uint8_t *x, int64_t ib0, int cb, int32_t *sy8, float *dy) {
+/* the token's blocks [ib0, ib0 + cb) for q4b_gemv1 / q4b_gemv_pairs: d_y as f32 and (Q4_0 only: IQ4_NL
+ * reads none) 8·Σy, 4 copies each, block b's at b·bs */
+static ALWAYS_INLINE void q4b_gemv_stage(const int type, const uint8_t *x, int64_t ib0, int cb, int32_t *sy8, float *dy,
+                                         const int bs) {
     const __m256i k8 = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
     for (int b = 0; b < cb; b++) {
         const block_q8_0 *yb = (const block_q8_0 *)x + ib0 + b;
-        _mm_storeu_ps(dy + 4 * b, _mm_set1_ps(f16(yb->d)));
+        _mm_storeu_ps(dy + (size_t)b * bs, _mm_set1_ps(f16(yb->d)));
         if (type == LLMRT_TYPE_Q4_0)
-            _mm_storeu_si128((__m128i *)(sy8 + 4 * b),
+            _mm_storeu_si128((__m128i *)(sy8 + (size_t)b * bs),
                              _mm_set1_epi32(hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(k8, loadu256(yb->qs)), ones))));
     }
+}
+
+/* Batched decode steps (2 to X8_SMALL_NX tokens): NP (1 or 2) pairs of tokens, xp[2q], xp[2q + 1], of one
+ * group (4 rows), blocks [ib0, ib0 + cb): acc[q] lanes 0..3 (4..7) += token 2q's (2q + 1's) d_w·d_y·isum,
+ * in block order. Per block the quants are unpacked and d widened once for the pass's tokens; per
+ * pair one vphaddd + vpermq joins the two tokens' sums ([2q: rows 0..3 | 2q + 1: rows 0..3]), then one
+ * sub, cvt, mul and a 256-bit fma: per (row, token) the same operations on the same values as
+ * q4b_gemv1's, so the same bits. A pair's accumulators are one register: a pass of 4 tokens over 2
+ * blocks at a time (as q4b_gemv1) kept 8 quant vectors and 4 accumulators live, and GCC kept the
+ * accumulators on the stack (a load, 2 fmas and a store on each token's chain per 2 blocks). sy8 / dy: staged [block][slot][4]
+ * (bs ints per block), this pass's slot 0 first. pf: the first pass over the group (prefetches). */
+static ALWAYS_INLINE void q4b_gemv_pairs(const int type, const int NP, int64_t nb, const uint8_t *g,
+                                         const uint8_t *const *xp, int64_t ib0, int cb, const int32_t *sy8,
+                                         const float *dy, const int bs, const int pf, __m256 *accp) {
+    const size_t pfs = 4 * 2 + 4 * 16; /* the group's bytes per block (d, nibbles) */
+    __m256 acc[2];
+    for (int q = 0; q < NP; q++) acc[q] = accp[q];
+    for (int b = 0; b < cb; b++) {
+        const int64_t ib = ib0 + b;
+        if (pf && !(ib & 1)) { /* as q4b_gemv1: per 2 blocks, a hint only */
+            const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * pfs;
+            _mm_prefetch((const char *)a, _MM_HINT_T0);
+            _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
+        }
+        __m256i p[4];
+        q32_block_pairs(type, nb, g, ib, p);
+        long long dh;
+        memcpy(&dh, g + ib * 8, 8);
+        const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi64x(dh)); /* rows 0..3, twice */
+        for (int q = 0; q < NP; q++) {
+            const __m256i s0 = q4b_sums(type, p, ((const block_q8_0 *)xp[2 * q])[ib].qs);
+            const __m256i s1 = q4b_sums(type, p, ((const block_q8_0 *)xp[2 * q + 1])[ib].qs);
+            __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
+            const size_t o = (size_t)b * bs + 8 * q;
+            if (type == LLMRT_TYPE_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_loadu_si256((const __m256i *)(sy8 + o)));
+            const __m256 d = _mm256_mul_ps(dw, _mm256_loadu_ps(dy + o));
+            acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[q]);
+        }
+    }
+    for (int q = 0; q < NP; q++) accp[q] = acc[q];
 }
 
 /* blocks [ib0, ib0 + cb) of the 8 rows transposed (wt[b * 8 + c]: lane r = row r's int8 weights of
@@ -644,29 +684,33 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
     const int ngr = (n_rows + Q32_R - 1) / Q32_R; /* groups in this call */
     const int nset = (ngr + 1) / 2;               /* 8-row sets */
     const uint8_t *xb = (const uint8_t *)x;
-    if (n_x <= X8_SMALL_NX) {
-        __m128 acc[X8_SMALL_NX][2 * Q4B_SETS];
-        int32_t sy8[X8_SMALL_NX][4 * Q4B_GV_CB];
-        float dy[X8_SMALL_NX][4 * Q4B_GV_CB];
-        for (int j = 0; j < n_x; j++)
-            for (int g = 0; g < ngr; g++) acc[j][g] = _mm_setzero_ps();
+    const int small_nx = type == LLMRT_TYPE_IQ4_NL ? X8_SMALL_NX_IQ4NL : X8_SMALL_NX;
+    if (n_x > 1 && n_x <= small_nx) { /* a batched decode step: passes of 2 token pairs (q4b_gemv_pairs) */
+        const int T2 = (n_x + 1) & ~1;            /* slots: the tokens, the last one twice if n_x is odd */
+        __m128 acc[X8_SMALL_NX + 1][2 * Q4B_SETS];
+        int32_t sy8[(X8_SMALL_NX + 1) * 4 * Q4B_GV_CB];
+        float dy[(X8_SMALL_NX + 1) * 4 * Q4B_GV_CB];
+        const uint8_t *xp[X8_SMALL_NX + 1];
+        for (int s = 0; s < T2; s++) xp[s] = xb + (size_t)(s < n_x ? s : n_x - 1) * x_stride;
+        for (int s = 0; s < T2; s++)
+            for (int g = 0; g < ngr; g++) acc[s][g] = _mm_setzero_ps();
         for (int64_t ib0 = 0; ib0 < nb; ib0 += Q4B_GV_CB) {
             const int cb = nb - ib0 < Q4B_GV_CB ? (int)(nb - ib0) : Q4B_GV_CB;
-            for (int j = 0; j < n_x; j++) q4b_gemv_stage(type, xb + (size_t)j * x_stride, ib0, cb, sy8[j], dy[j]);
+            for (int s = 0; s < T2; s++) q4b_gemv_stage(type, xp[s], ib0, cb, sy8 + 4 * s, dy + 4 * s, 4 * T2);
             for (int g = 0; g < ngr; g++) {
                 const uint8_t *gg = (const uint8_t *)group + (size_t)g * gb;
-                __m128 a[X8_SMALL_NX];
-                for (int j = 0; j < n_x; j++) a[j] = acc[j][g];
-                for (int j0 = 0; j0 < n_x; j0 += Q4B_GV_NT) { /* up to Q4B_GV_NT tokens per pass */
-                    const uint8_t *xj = xb + (size_t)j0 * x_stride;
-                    switch (n_x - j0 < Q4B_GV_NT ? n_x - j0 : Q4B_GV_NT) { /* constant counts: accumulators in registers */
-                    case 1: q4b_gemv4(type, 1, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
-                    case 2: q4b_gemv4(type, 2, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
-                    case 3: q4b_gemv4(type, 3, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
-                    default: q4b_gemv4(type, 4, nb, gg, xj, x_stride, ib0, cb, sy8 + j0, dy + j0, a + j0); break;
+                for (int s0 = 0; s0 < T2; s0 += 4) { /* up to 2 pairs per pass */
+                    __m256 a[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+                    for (int q = 0; q < 2 && s0 + 2 * q < T2; q++) a[q] = _mm256_set_m128(acc[s0 + 2 * q + 1][g], acc[s0 + 2 * q][g]);
+                    if (T2 - s0 >= 4)
+                        q4b_gemv_pairs(type, 2, nb, gg, xp + s0, ib0, cb, sy8 + 4 * s0, dy + 4 * s0, 4 * T2, s0 == 0, a);
+                    else
+                        q4b_gemv_pairs(type, 1, nb, gg, xp + s0, ib0, cb, sy8 + 4 * s0, dy + 4 * s0, 4 * T2, s0 == 0, a);
+                    for (int q = 0; q < 2 && s0 + 2 * q < T2; q++) {
+                        acc[s0 + 2 * q][g] = _mm256_castps256_ps128(a[q]);
+                        acc[s0 + 2 * q + 1][g] = _mm256_extractf128_ps(a[q], 1);
                     }
                 }
-                for (int j = 0; j < n_x; j++) acc[j][g] = a[j];
             }
         }
         for (int j = 0; j < n_x; j++) {
@@ -675,6 +719,23 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
                 _mm_store_ps(out, acc[j][g]);
                 for (int r = 0; r < Q32_R && g * Q32_R + r < n_rows; r++) y[(int64_t)j * y_stride + g * Q32_R + r] = out[r];
             }
+        }
+        return;
+    }
+    if (n_x == 1) { /* decode */
+        __m128 acc[2 * Q4B_SETS];
+        int32_t sy8[4 * Q4B_GV_CB];
+        float dy[4 * Q4B_GV_CB];
+        for (int g = 0; g < ngr; g++) acc[g] = _mm_setzero_ps();
+        for (int64_t ib0 = 0; ib0 < nb; ib0 += Q4B_GV_CB) {
+            const int cb = nb - ib0 < Q4B_GV_CB ? (int)(nb - ib0) : Q4B_GV_CB;
+            q4b_gemv_stage(type, xb, ib0, cb, sy8, dy, 4);
+            for (int g = 0; g < ngr; g++) q4b_gemv1(type, nb, (const uint8_t *)group + (size_t)g * gb, xb, ib0, cb, sy8, dy, &acc[g]);
+        }
+        for (int g = 0; g < ngr; g++) {
+            _Alignas(16) float out[4];
+            _mm_store_ps(out, acc[g]);
+            for (int r = 0; r < Q32_R && g * Q32_R + r < n_rows; r++) y[g * Q32_R + r] = out[r];
         }
         return;
     }
