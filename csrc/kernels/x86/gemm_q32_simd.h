@@ -56,7 +56,7 @@ static inline void q32_block_quants(const int type, const int64_t nb, const uint
         w[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
         return;
     }
-    const uint8_t *qh = grp + q32_qh_off(type, nb);
+    const uint8_t *qh = grp + q32_qh_off(type, nb); /* Q4_1, Q5_0, Q5_1 */
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i b5 = _mm256_set1_epi8(0x10);
     for (int p = 0; p < Q32_R / 2; p++) {
@@ -68,10 +68,6 @@ static inline void q32_block_quants(const int type, const int64_t nb, const uint
             const __m256i h = _mm256_set1_epi64x(hq);
             w0 = _mm256_or_si256(w0, _mm256_and_si256(_mm256_sllv_epi64(h, _mm256_set_epi64x(1, 2, 3, 4)), b5));
             w1 = _mm256_or_si256(w1, _mm256_and_si256(_mm256_srlv_epi64(h, _mm256_set_epi64x(3, 2, 1, 0)), b5));
-        }
-        if (type == LLMRT_TYPE_IQ4_NL) {
-            w0 = _mm256_shuffle_epi8(q32_iq4nl_table(), w0);
-            w1 = _mm256_shuffle_epi8(q32_iq4nl_table(), w1);
         }
         w[2 * p] = w0;
         w[2 * p + 1] = w1;
