@@ -554,8 +554,9 @@ static ALWAYS_INLINE void q4b_gemv_stage(const int type, const uint8_t *x, int64
  * sub, cvt, mul and a 256-bit fma: per (row, token) the same operations on the same values as
  * q4b_gemv1's, so the same bits. A pair's accumulators are one register: a pass of 4 tokens over 2
  * blocks at a time (as q4b_gemv1) kept 8 quant vectors and 4 accumulators live, and GCC kept the
- * accumulators on the stack (a load, 2 fmas and a store on each token's chain per 2 blocks). sy8 / dy: staged [block][slot][4]
- * (bs ints per block), this pass's slot 0 first. pf: the first pass over the group (prefetches). */
+ * accumulators on the stack (a load, 2 fmas and a store on each token's chain per 2 blocks).
+ * sy8 / dy: staged [block][slot][4] (bs ints per block), this pass's slot 0 first. pf: the first
+ * pass over the group (prefetches). */
 static ALWAYS_INLINE void q4b_gemv_pairs(const int type, const int NP, int64_t nb, const uint8_t *g,
                                          const uint8_t *const *xp, int64_t ib0, int cb, const int32_t *sy8,
                                          const float *dy, const int bs, const int pf, __m256 *accp) {
@@ -685,8 +686,8 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
     const int nset = (ngr + 1) / 2;               /* 8-row sets */
     const uint8_t *xb = (const uint8_t *)x;
     const int small_nx = type == LLMRT_TYPE_IQ4_NL ? X8_SMALL_NX_IQ4NL : X8_SMALL_NX;
-    if (n_x > 1 && n_x <= small_nx) { /* a batched decode step: passes of 2 token pairs (q4b_gemv_pairs) */
-        const int T2 = (n_x + 1) & ~1;            /* slots: the tokens, the last one twice if n_x is odd */
+    if (n_x <= small_nx) { /* decode (q4b_gemv1), a batched decode step (passes of 2 token pairs, q4b_gemv_pairs) */
+        const int T2 = n_x == 1 ? 1 : (n_x + 1) & ~1; /* staged slots: the tokens, the last one twice if n_x is odd */
         __m128 acc[X8_SMALL_NX + 1][2 * Q4B_SETS];
         int32_t sy8[(X8_SMALL_NX + 1) * 4 * Q4B_GV_CB];
         float dy[(X8_SMALL_NX + 1) * 4 * Q4B_GV_CB];
@@ -699,6 +700,10 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
             for (int s = 0; s < T2; s++) q4b_gemv_stage(type, xp[s], ib0, cb, sy8 + 4 * s, dy + 4 * s, 4 * T2);
             for (int g = 0; g < ngr; g++) {
                 const uint8_t *gg = (const uint8_t *)group + (size_t)g * gb;
+                if (n_x == 1) {
+                    q4b_gemv1(type, nb, gg, xb, ib0, cb, sy8, dy, &acc[0][g]);
+                    continue;
+                }
                 for (int s0 = 0; s0 < T2; s0 += 4) { /* up to 2 pairs per pass */
                     __m256 a[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
                     for (int q = 0; q < 2 && s0 + 2 * q < T2; q++) a[q] = _mm256_set_m128(acc[s0 + 2 * q + 1][g], acc[s0 + 2 * q][g]);
@@ -719,23 +724,6 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
                 _mm_store_ps(out, acc[j][g]);
                 for (int r = 0; r < Q32_R && g * Q32_R + r < n_rows; r++) y[(int64_t)j * y_stride + g * Q32_R + r] = out[r];
             }
-        }
-        return;
-    }
-    if (n_x == 1) { /* decode */
-        __m128 acc[2 * Q4B_SETS];
-        int32_t sy8[4 * Q4B_GV_CB];
-        float dy[4 * Q4B_GV_CB];
-        for (int g = 0; g < ngr; g++) acc[g] = _mm_setzero_ps();
-        for (int64_t ib0 = 0; ib0 < nb; ib0 += Q4B_GV_CB) {
-            const int cb = nb - ib0 < Q4B_GV_CB ? (int)(nb - ib0) : Q4B_GV_CB;
-            q4b_gemv_stage(type, xb, ib0, cb, sy8, dy, 4);
-            for (int g = 0; g < ngr; g++) q4b_gemv1(type, nb, (const uint8_t *)group + (size_t)g * gb, xb, ib0, cb, sy8, dy, &acc[g]);
-        }
-        for (int g = 0; g < ngr; g++) {
-            _Alignas(16) float out[4];
-            _mm_store_ps(out, acc[g]);
-            for (int r = 0; r < Q32_R && g * Q32_R + r < n_rows; r++) y[g * Q32_R + r] = out[r];
         }
         return;
     }
