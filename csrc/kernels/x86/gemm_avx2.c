@@ -47,12 +47,6 @@
 #endif
 #define GEMM_NT 4 /* tokens per tile: 4 x 4 accumulators (a few spills; measured faster than 2 or 3) */
 
-static ALWAYS_INLINE float f16_at(const uint8_t *p) {
-    llmrt_fp16_t h;
-    memcpy(&h, p, 2);
-    return f16(h);
-}
-
 #define TILE_NT_MAX 8 /* tokens a tile may have (GEMM_NT, NTU) */
 
 /* A tile's results: each (row r, token j) accumulator acc[r * ld + j] summed horizontally as
@@ -73,6 +67,21 @@ static ALWAYS_INLINE void tile_store(const __m256 *acc, const int ld, const __m1
         for (int r = 0; r < n_rows; r++) y[(int64_t)j * ys + r] = res[j][r];
     }
 }
+
+/* tile_store of a 4-row tile's accumulators acc[r][j] and Σ m·s summ[j] through copies: given the
+ * accumulators' own address, GCC kept them in memory over the whole block loop (a store of every
+ * accumulator per block: llvm-mca, Q4_1, 2 tokens, 8 of 20 stack references per block; -14 % for
+ * the Q4_1 matmuls of a 2-sequence serving step, benchmarks/README.md) */
+#define tile_out(acc, summ, NT, q8_1, y, ys, n_rows)                                                  \
+    do {                                                                                              \
+        __m256 out_[Q32_R][TILE_NT_MAX];                                                              \
+        __m128 sm_[TILE_NT_MAX];                                                                      \
+        for (int j_ = 0; j_ < (NT); j_++) {                                                           \
+            sm_[j_] = (summ)[j_];                                                                     \
+            for (int r_ = 0; r_ < Q32_R; r_++) out_[r_][j_] = (acc)[r_][j_];                          \
+        }                                                                                             \
+        tile_store(&out_[0][0], TILE_NT_MAX, sm_, (NT), (q8_1), (y), (ys), (n_rows));                 \
+    } while (0)
 
 /* Block ib's scales of the group's 4 rows in f32 (sc region, gemm_q32.h): d, and for Q4_1 / Q5_1
  * (q8_1) m (else 0); WQ_Q8A's m + 128 d (exact as wq_avx2.c's scalar: 128 d is exact, one rounding). */
@@ -130,10 +139,11 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
         __m256i yq[4], yo[4];
         for (int j = 0; j < NT; j++) {
             const uint8_t *yb = x + (size_t)j * xs + (size_t)ib * ybs;
-            /* d_y: cvtph of the block's first 4 halves (d, then 3 halves of other fields), lane 0 */
+            /* d_y: cvtph of the block's first 4 halves (d, then 3 halves of other fields: Q8_1's s
+             * first), lane 0 */
             const __m128 dy = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)yb));
             _mm_store_ps(dp[j], _mm_mul_ps(xd, _mm_broadcastss_ps(dy)));
-            if (q8_1) summ[j] = _mm_fmadd_ps(xm, _mm_set1_ps(f16_at(yb + 2)), summ[j]);
+            if (q8_1) summ[j] = _mm_fmadd_ps(xm, _mm_permute_ps(dy, 0x55), summ[j]); /* s: lane 1 */
             yq[j] = loadu256(yb + yqo);
             if (off) yo[j] = _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), yq[j]); /* i16 pairs */
         }
@@ -172,7 +182,7 @@ static ALWAYS_INLINE void tile_q32(const int type, const int NT, const int64_t n
             }
         }
     }
-    tile_store(&acc[0][0], 4, summ, NT, q8_1, y, ys, n_rows);
+    tile_out(acc, summ, NT, q8_1, y, ys, n_rows);
 }
 
 /* ---- prefill (n_x > 1) for the unsigned-quant lane-order types (Q4_1, Q5_0, Q5_1) ------------------
@@ -231,7 +241,7 @@ static ALWAYS_INLINE void tile_q32u(const int type, const int NT, const int64_t 
             const __m128 dy = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)yb));
             _Alignas(16) float dp[4]; /* d_x·d_y of rows 0..3 */
             _mm_store_ps(dp, _mm_mul_ps(xd, _mm_broadcastss_ps(dy)));
-            if (q8_1) summ[j] = _mm_fmadd_ps(xm, _mm_set1_ps(f16_at(yb + 2)), summ[j]);
+            if (q8_1) summ[j] = _mm_fmadd_ps(xm, _mm_permute_ps(dy, 0x55), summ[j]); /* s: lane 1 */
             const __m256i yq = loadu256(yb + yqo);
             const __m256i yo = off ? _mm256_maddubs_epi16(offv, yq) : _mm256_setzero_si256();
             for (int r = 0; r < Q32_R; r++) {
@@ -242,7 +252,7 @@ static ALWAYS_INLINE void tile_q32u(const int type, const int NT, const int64_t 
             }
         }
     }
-    tile_store(&acc[0][0], NTU, summ, NT, q8_1, y, ys, n_rows);
+    tile_out(acc, summ, NT, q8_1, y, ys, n_rows);
 }
 
 /* ---- prefill over two groups (8 rows) -------------------------------------------------------------
@@ -287,7 +297,7 @@ static ALWAYS_INLINE void tile_q32x2(const int type, const int64_t nb, const uin
         const __m128 dy = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)yb));
         _Alignas(32) float dp[W8_R];                      /* d_x·d_y of rows 0..7 */
         _mm256_store_ps(dp, _mm256_mul_ps(_mm256_loadu_ps(d8 + ib * W8_R), _mm256_broadcastss_ps(dy)));
-        if (q8_1) summ = _mm256_fmadd_ps(_mm256_loadu_ps(m8 + ib * W8_R), _mm256_set1_ps(f16_at(yb + 2)), summ);
+        if (q8_1) summ = _mm256_fmadd_ps(_mm256_loadu_ps(m8 + ib * W8_R), _mm256_broadcastss_ps(_mm_movehdup_ps(dy)), summ);
         const __m256i yq = loadu256(yb + yqo);
         const __m256i yo = off ? _mm256_maddubs_epi16(offv, yq) : _mm256_setzero_si256();
         const uint8_t *wb = w8 + ib * 256;
