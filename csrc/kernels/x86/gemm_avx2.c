@@ -49,17 +49,17 @@
 
 #define TILE_NT_MAX 8 /* tokens a tile may have (GEMM_NT, NTU) */
 
-/* A tile's results: each (row r, token j) accumulator acc[r * ld + j] summed horizontally as
+/* A tile's results: each (row r, token j) accumulator acc[r][j] summed horizontally as
  * vec_dot does (plus Q4_1 / Q5_1's Σ m·s, lane r of summ[j]); all 4 rows with a constant bound
  * (so the accumulators stay in registers), then the n_rows wanted are written. */
-static ALWAYS_INLINE void tile_store(const __m256 *acc, const int ld, const __m128 *summ, const int NT,
+static ALWAYS_INLINE void tile_store(const __m256 (*acc)[TILE_NT_MAX], const __m128 *summ, const int NT,
                                      const int q8_1, float *y, const int64_t ys, const int n_rows) {
     _Alignas(16) float res[TILE_NT_MAX][Q32_R];
     for (int j = 0; j < NT; j++) {
         _Alignas(16) float sm[4];
         _mm_store_ps(sm, summ[j]);
         for (int r = 0; r < Q32_R; r++) {
-            res[j][r] = hsum_ps(acc[r * ld + j]);
+            res[j][r] = hsum_ps(acc[r][j]);
             if (q8_1) res[j][r] = res[j][r] + sm[r];
         }
     }
@@ -80,7 +80,7 @@ static ALWAYS_INLINE void tile_store(const __m256 *acc, const int ld, const __m1
             sm_[j_] = (summ)[j_];                                                                     \
             for (int r_ = 0; r_ < Q32_R; r_++) out_[r_][j_] = (acc)[r_][j_];                          \
         }                                                                                             \
-        tile_store(&out_[0][0], TILE_NT_MAX, sm_, (NT), (q8_1), (y), (ys), (n_rows));                 \
+        tile_store(out_, sm_, (NT), (q8_1), (y), (ys), (n_rows));                                     \
     } while (0)
 
 /* Block ib's scales of the group's 4 rows in f32 (sc region, gemm_q32.h): d, and for Q4_1 / Q5_1
@@ -497,6 +497,15 @@ static ALWAYS_INLINE __m256i q4b_sums(const int type, const __m256i p[4], const 
     return s;
 }
 
+/* The GEMVs' prefetch for blocks ib, ib + 1 of group g (ib even): GEMV_PF_BYTES ahead of the group's
+ * 72 bytes per block (d, nibbles), as tile_q32 does (uintptr_t arithmetic: a hint, never a read) */
+static ALWAYS_INLINE void q4b_prefetch2(const uint8_t *g, int64_t ib) {
+    const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * (4 * 2 + 4 * 16);
+    _mm_prefetch((const char *)a, _MM_HINT_T0);
+    _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
+    _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
+}
+
 /* Decode: the token x of one group (4 rows), blocks [ib0, ib0 + cb): acc lane r += the blocks'
  * d_w·d_y·isum, in block order. Two blocks per step: the pair sums of both joined by one vphaddd +
  * vpermq into [block ib: rows 0..3 | ib + 1: rows 0..3], one sub, cvt and mul for both, and the two
@@ -506,16 +515,12 @@ static ALWAYS_INLINE __m256i q4b_sums(const int type, const __m256i p[4], const 
  * two groups at once measured 40 % slower end to end, decode from DRAM). */
 static ALWAYS_INLINE void q4b_gemv1(const int type, int64_t nb, const uint8_t *g, const uint8_t *x, int64_t ib0,
                                     int cb, const int32_t *sy8, const float *dy, __m128 *accp) {
-    const size_t pfs = 4 * 2 + 4 * 16; /* the group's bytes per block (d, nibbles) */
     const block_q8_0 *xq = (const block_q8_0 *)x;
     __m128 acc = *accp;
     int b = 0;
     for (; b + 2 <= cb; b += 2) {
         const int64_t ib = ib0 + b;
-        const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * pfs; /* as tile_q32: a hint only */
-        _mm_prefetch((const char *)a, _MM_HINT_T0);
-        _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
+        q4b_prefetch2(g, ib);
         __m256i p0[4], p1[4];
         q32_block_pairs(type, nb, g, ib, p0);
         q32_block_pairs(type, nb, g, ib + 1, p1);
@@ -570,17 +575,11 @@ static ALWAYS_INLINE void q4b_gemv_stage(const int type, const uint8_t *x, int64
 static ALWAYS_INLINE void q4b_gemv_pairs(const int type, const int NP, int64_t nb, const uint8_t *g,
                                          const uint8_t *const *xp, int64_t ib0, int cb, const int32_t *sy8,
                                          const float *dy, const int bs, const int pf, __m256 *accp) {
-    const size_t pfs = 4 * 2 + 4 * 16; /* the group's bytes per block (d, nibbles) */
     __m256 acc[2];
     for (int q = 0; q < NP; q++) acc[q] = accp[q];
     for (int b = 0; b < cb; b++) {
         const int64_t ib = ib0 + b;
-        if (pf && !(ib & 1)) { /* as q4b_gemv1: per 2 blocks, a hint only */
-            const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * pfs;
-            _mm_prefetch((const char *)a, _MM_HINT_T0);
-            _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-            _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
-        }
+        if (pf && !(ib & 1)) q4b_prefetch2(g, ib); /* as q4b_gemv1: per 2 blocks */
         __m256i p[4];
         q32_block_pairs(type, nb, g, ib, p);
         long long dh;
