@@ -18,12 +18,16 @@ One engine thread runs the loop; each step:
   1. admits queued requests (FIFO) to idle slots (see "Prefix cache"), drops cancelled ones;
   2. prefills ONE chunk of one admitted prompt: up to n_batch tokens when no stream is
      decoding, else up to prefill_chunk tokens (default: sized from the measured step times so
-     that the chunk takes about two decode steps, at least 16 tokens), so streams that are
+     that the chunk costs about two decode steps, at least 16 tokens), so streams that are
      already running wait at most one short chunk between tokens;
   3. runs ONE decode step for every slot that has a sampled token to evaluate: one graph run
      for all of them (Model.eval_sessions: the weights are read once per step, each token
      attends only to its own slot's cache), then samples each slot's next token with its own
      request's sampler, stop strings, end-of-generation ids and max_tokens.
+  A chunk that fits its slot's cache as it is (no eviction) runs in the decode step's graph run:
+  the weights are read once for both and the streams wait one run, not a chunk's and then a
+  step's (_mixed_step; a chunk that needs an eviction goes alone through Session.eval, whose
+  evictions interleave with its pieces).
 Batched decode rows are the same bits as decoding each sequence alone (the kernels are exact per
 row and per token: tests/test_engine.py), so a greedy request gets the same answer at any load.
 
@@ -61,7 +65,8 @@ log = logging.getLogger("llmrt")
 
 # tokens/s in the metrics: generated tokens over this many recent seconds
 _RATE_WINDOW = 10.0
-# prefill_chunk="auto" while streams decode: a chunk of about this many decode steps' time ...
+# prefill_chunk="auto" while streams decode: a chunk costing about this many decode steps' time
+# (run with the decode step: the run's time beyond the step's) ...
 _PREFILL_SHARE = 2.0
 # ... and at least this many tokens (fewer would reread the weights for too little work)
 _PREFILL_MIN = 16
@@ -333,6 +338,7 @@ class Engine:
                 "generated_tokens": m.get("generated_tokens", 0),
                 "decode_steps": m.get("decode_steps", 0),
                 "prefill_chunks": m.get("prefill_chunks", 0),
+                "prefill_chunks_with_decode": m.get("mixed_steps", 0),
                 "cache_shifts": sum(s.session.n_shifts for s in self.slots),
                 "tokens_per_second": rate,
                 "slots_total": len(self.slots),
@@ -414,7 +420,7 @@ class Engine:
 
     def _warm(self):
         """Build now the graphs the loop will run (prefill chunks, batched decode steps of up to
-        n_parallel sequences), so the first requests do not wait for them."""
+        n_parallel sequences, both together), so the first requests do not wait for them."""
         from llmrt.model import BATCH_BUCKETS
         t0 = time.perf_counter()
         for prev, b in zip((0,) + BATCH_BUCKETS, BATCH_BUCKETS):
@@ -422,6 +428,11 @@ class Engine:
                 self.model._graph(b, False)
         for n in range(2, min(len(self.slots), N_BATCH) + 1):
             self.model._graph(n, False, n_out=n)
+            # a prompt chunk with the decode step of n - 1 streams (_mixed_step): up to n_batch + n - 1 ids
+            top = min(self.n_batch + n - 1, N_BATCH)
+            for prev, b in zip((0,) + BATCH_BUCKETS, BATCH_BUCKETS):
+                if n < b and prev < top:
+                    self.model._graph(b, False, n_out=n)
         log.debug("llmrt: engine graphs built in %.2f s", time.perf_counter() - t0)
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -575,9 +586,16 @@ class Engine:
                 self._sample(s, s.last_logits)   # the cache held the whole prompt, with its logits
         # one prefill chunk, oldest admission first; short while other streams wait on this step
         pre = [s for s in self.slots if s.req is not None and s.pending]
+        dec = [s for s in self.slots if s.req is not None and s.next_tok is not None]
+        if pre and dec and len(dec) < N_BATCH:
+            s = min(pre, key=lambda s: s.admit_seq)
+            n = min(self._prefill_limit(), len(s.pending), N_BATCH - len(dec))
+            if n <= s.session.n_ctx - s.session.n_past:  # fits without an eviction: one run
+                self._mixed_step(s, n, dec)
+                return
         if pre:
             s = min(pre, key=lambda s: s.admit_seq)
-            decoding = any(o.req is not None and o.next_tok is not None for o in self.slots)
+            decoding = bool(dec)
             limit = self._prefill_limit() if decoding else self.n_batch
             chunk = s.pending[:limit]
             del s.pending[:limit]
@@ -615,6 +633,42 @@ class Engine:
                 s.last_logits = lg
                 s.next_tok = None
                 self._sample(s, lg)
+
+    def _mixed_step(self, s: _Slot, n: int, dec: list):
+        """Slot s's next n prompt ids (they fit its cache without an eviction) and the decode step
+        of every slot in dec in one graph run (Model.eval_sessions): each row's bits are those of
+        the chunk run alone and of the step run alone (the kernels are exact per row and token,
+        attention per sequence), the weights are read once, and the chunk's share of the run
+        (its time less the decode step's average) updates the per-token prefill estimate."""
+        chunk = s.pending[:n]
+        del s.pending[:n]
+        toks = [d.next_tok for d in dec]
+        t0 = time.perf_counter()
+        try:
+            logits = self.model.eval_sessions([s.session] + [d.session for d in dec], [chunk] + [[t] for t in toks])
+        except Exception:
+            s.reset()                       # the caches may be half-written: start them afresh
+            for d in dec:
+                d.next_tok = None
+            raise
+        dt = time.perf_counter() - t0
+        s.history.extend(chunk)
+        s.last_logits = logits[0]
+        with self._cv:
+            self._m["prefill_tokens"] += len(chunk)
+            self._m["prefill_chunks"] += 1
+            self._m["mixed_steps"] += 1
+            self._m["decode_steps"] += 1
+            self._recent.append((time.monotonic(), len(dec)))
+        if self._dec_s is not None and dt > self._dec_s:
+            self._pre_tok_s = _average(self._pre_tok_s, (dt - self._dec_s) / len(chunk))
+        if not s.pending:
+            self._sample(s, s.last_logits)
+        for d, t, lg in zip(dec, toks, logits[1:]):
+            d.history.append(t)
+            d.last_logits = lg
+            d.next_tok = None
+            self._sample(d, lg)
 
     def _prefill_limit(self) -> int:
         """Prompt tokens to prefill in a step that also decodes running streams: prefill_chunk,

@@ -219,7 +219,10 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                     ("llmrt_prompt_tokens_evaluated", "prompt_tokens_evaluated", "Prompt tokens prefilled"),
                     ("llmrt_generated_tokens", "generated_tokens", "Tokens generated"),
                     ("llmrt_decode_steps", "decode_steps", "Batched decode steps (one graph run each)"),
-                    ("llmrt_prefill_chunks", "prefill_chunks", "Prompt chunks prefilled (one graph run each)"),
+                    ("llmrt_prefill_chunks", "prefill_chunks",
+                     "Prompt chunks prefilled (one graph run each, alone or with a decode step)"),
+                    ("llmrt_prefill_chunks_with_decode", "prefill_chunks_with_decode",
+                     "Prompt chunks prefilled in the graph run of a decode step"),
                     ("llmrt_cache_shifts", "cache_shifts", "Streaming-cache evictions over all slots")):
                 yield CounterMetricFamily(name, doc, value=st[key])
             for name, key, doc in (

@@ -3,9 +3,10 @@ batching, the prefix cache, cancellation, the queue, and several generate stream
 from threads. No HTTP here (tests/test_server.py).
 
 Greedy answers at any load: a batched decode row is the same bits as the sequence decoded alone
-(tests/test_batching.py), and prompts are prefilled alone, so a greedy request served next to
-others must give exactly the ids it gives alone: no near-tie tolerance is needed, and none is
-used.
+(tests/test_batching.py), and a prompt chunk gives the same bits alone or in a decode step's graph
+run (each row's kernels are exact per token, attention per sequence), so a greedy request served
+next to others must give exactly the ids it gives alone: no near-tie tolerance is needed, and
+none is used.
 
 Models: a tiny random llama written to GGUF (tests/hf_gguf.py; its byte-level vocabulary makes
 random ids decode to text) for the mechanics, SmolLM2-135M-Instruct for real text.
@@ -229,15 +230,46 @@ def test_prompt_prefilled_in_short_chunks_while_others_decode(tiny):
         a = eng.submit(_ids(5, 6), max_tokens=-1, temperature=0, ignore_eos=True)   # endless
         while not a.ids:
             time.sleep(0.01)
-        c0 = eng.stats()["prefill_chunks"]
+        st0 = eng.stats()
         b = eng.submit(p_b, max_tokens=10, temperature=0, ignore_eos=True).wait(WAIT)
         assert b.ids == ref_b
-        assert eng.stats()["prefill_chunks"] - c0 == 40 // 8
+        st1 = eng.stats()
+        assert st1["prefill_chunks"] - st0["prefill_chunks"] == 40 // 8
+        # a decodes all along and each chunk fits b's cache: every chunk ran in a decode step's run
+        assert st1["prefill_chunks_with_decode"] - st0["prefill_chunks_with_decode"] == 40 // 8
         a.cancel()
         a.wait(WAIT)
         c1 = eng.stats()["prefill_chunks"]
         c = eng.submit(p_c, max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)
         assert c.usage.cached_tokens == 0 and eng.stats()["prefill_chunks"] - c1 == 1
+
+
+def test_chunk_that_needs_an_eviction_is_prefilled_alone(tiny):
+    """While a stream decodes, a chunk that fits its slot's cache as it is runs in the decode
+    step's graph run; one that needs an eviction goes alone through Session.eval (its evictions
+    interleave with its pieces): the answer is the one of the same chunks fed to a session."""
+    p = _ids(44, seed=11)
+    with Engine(tiny, n_parallel=2, ctx_size=32, n_keep=4, prefill_chunk=8) as eng:
+        a = eng.submit(_ids(5, 6), max_tokens=-1, temperature=0, ignore_eos=True)   # endless
+        while not a.ids:
+            time.sleep(0.01)
+        st0 = eng.stats()
+        b = eng.submit(p, max_tokens=6, temperature=0, ignore_eos=True).wait(WAIT)
+        st1 = eng.stats()
+        a.cancel()
+        a.wait(WAIT)
+    assert st1["prefill_chunks"] - st0["prefill_chunks"] == 6              # 8 x 5 + 4
+    # chunks 1-4 fill the 32 cells (with a's steps), chunk 5 needs an eviction (alone), chunk 6
+    # fits the room that eviction left (with a's step)
+    assert st1["prefill_chunks_with_decode"] - st0["prefill_chunks_with_decode"] == 5
+    s = tiny.new_session(ctx_size=32, n_keep=4)
+    for i in range(0, 44, 8):                   # the engine's chunks
+        lg = s.eval(p[i:i + 8])
+    want = []
+    for _ in range(6):
+        want.append(int(np.argmax(lg)))
+        lg = s.eval([want[-1]])
+    assert b.ids == want
 
 
 def test_prefill_chunk_auto_follows_the_step_times(tiny):
