@@ -280,7 +280,15 @@ def _md_int(md, key):
         return None
     if isinstance(v, (list, tuple, np.ndarray)):
         return None
+    if isinstance(v, (str, bytes, float)):
+        raise ModelFormatError(f"[tokenizer] {key} must be an integer, got {v!r}")
     return int(v)
+
+
+def _md_str(md, key):
+    """A string key's value, "" when missing or not a string (e.g. an array)."""
+    v = md.get(key)
+    return v if isinstance(v, str) else ""
 
 
 def _md_bool(md, key, default):
@@ -294,9 +302,25 @@ def _md_list(md, key):
     v = md.get(key)
     if v is None:
         return None
-    if isinstance(v, str):
-        raise ModelFormatError(f"[tokenizer] {key} must be an array, got a string")
+    if not isinstance(v, (list, tuple, np.ndarray)):
+        raise ModelFormatError(f"[tokenizer] {key} must be an array, got {type(v).__name__} {v!r:.40}")
     return v
+
+
+def _md_array(md, key, n, dtype, lo, hi):
+    """A numeric per-token array key (None when missing): at least n values of dtype within [lo, hi]."""
+    v = _md_list(md, key)
+    if v is None:
+        return None
+    try:
+        a = np.asarray(v, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ModelFormatError(f"[tokenizer] {key} must be an array of numbers") from None
+    if a.ndim != 1 or len(a) < n:
+        raise ModelFormatError(f"[tokenizer] {key} must have one value per token ({n}), got shape {a.shape}")
+    if np.isnan(a).any() or a.min(initial=lo) < lo or a.max(initial=hi) > hi:
+        raise ModelFormatError(f"[tokenizer] {key} has values outside [{lo}, {hi}]")
+    return a.astype(dtype)
 
 
 class Tokenizer:
@@ -311,6 +335,8 @@ class Tokenizer:
     def from_gguf(cls, metadata: dict) -> "Tokenizer | None":
         """Build from a GGUF metadata dict; None when the model has no vocabulary."""
         model = metadata.get("tokenizer.ggml.model")
+        if model is not None and not isinstance(model, str):
+            raise ModelFormatError(f"[tokenizer] tokenizer.ggml.model must be a string, got {type(model).__name__}")
         if model is None or model in ("none", "no_vocab"):
             return None
         if model == "llama":
@@ -327,6 +353,12 @@ class Tokenizer:
             raise ModelFormatError("[tokenizer] missing tokenizer.ggml.tokens")
         tokens = [str(t) for t in tokens]
         n = len(tokens)
+        for i, t in enumerate(tokens):          # (the GGUF reader keeps invalid bytes as surrogates)
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ModelFormatError(f"[tokenizer] token {i} is not valid UTF-8: "
+                                       f"{t.encode('utf-8', 'surrogateescape')!r:.60}") from None
         for i, t in enumerate(tokens):          # as llama.cpp: never an empty piece
             if t == "":
                 log.warning("tokenizer: empty token at index %d", i)
@@ -340,20 +372,14 @@ class Tokenizer:
                                        f"{self._tok2id[t]} and {i}")
             self._tok2id[t] = i
 
-        scores = md.get("tokenizer.ggml.scores")
-        self._scores = (np.zeros(n, np.float32) if scores is None
-                        else np.asarray(scores, dtype=np.float32))  # (n,) merge priorities (SPM)
-        if len(self._scores) < n:
-            raise ModelFormatError("[tokenizer] tokenizer.ggml.scores shorter than the vocabulary")
-        types = md.get("tokenizer.ggml.token_type")
-        types = (np.full(n, TT_NORMAL, np.int32) if types is None
-                 else np.asarray(types, dtype=np.int32))
-        if len(types) < n:
-            raise ModelFormatError("[tokenizer] tokenizer.ggml.token_type shorter than the vocabulary")
+        scores = _md_array(md, "tokenizer.ggml.scores", n, np.float32, -np.inf, np.inf)
+        self._scores = np.zeros(n, np.float32) if scores is None else scores  # (n,) merge priorities (SPM)
+        types = _md_array(md, "tokenizer.ggml.token_type", n, np.int32, -2**31, 2**31 - 1)
+        types = np.full(n, TT_NORMAL, np.int32) if types is None else types
         self._types = types[:n]                                    # (n,) GGUF token types
         attr = [_TYPE_TO_ATTR.get(int(t), A_UNDEFINED) for t in self._types.tolist()]
 
-        self.pre = str(md.get("tokenizer.ggml.pre") or "")
+        self.pre = _md_str(md, "tokenizer.ggml.pre")
         # ---- flags and default ids per vocab type (llama_vocab::impl::load) ----
         if vocab_type == "spm":
             bos, eos, unk = 1, 2, 0
@@ -458,7 +484,7 @@ class Tokenizer:
             attr[i] = A_NORMAL
 
         # phi-3: special tokens swallow the whitespace after them (llama.cpp sets RSTRIP by name)
-        name = str(md.get("general.name") or "").lower()
+        name = _md_str(md, "general.name").lower()
         if "phi-3" in name or "phi3" in name:
             for i in range(n):
                 if attr[i] & (A_CONTROL | A_USER_DEFINED | A_UNKNOWN):
@@ -535,7 +561,11 @@ class Tokenizer:
             if a & A_BYTE and byte_fallback and _is_byte_piece(tokens[i]):
                 sp_types[i] = SP_BYTE
             elif a & (A_CONTROL | A_UNKNOWN) and not a & A_NORMAL:
-                sp_types[i] = SP_NORMAL if reachable(tokens[i]) else SP_CONTROL
+                try:
+                    built = reachable(tokens[i])
+                except RecursionError:              # a token of thousands of characters
+                    built = False
+                sp_types[i] = SP_NORMAL if built else SP_CONTROL
         pieces = list(tokens)
         scores = self._scores[:n].tolist()
         unk = self.unk_id

@@ -7,17 +7,24 @@ import pytest
 from llmrt import Model, ModelFormatError
 
 
-def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n_ff=32, n_layer=1):
+VT = gguf.GGUFValueType
+
+
+def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n_ff=32, n_layer=1, kv=None,
+           shapes_override=None):
+    """A tiny llama-shaped GGUF; kv: {key ("{arch}" is replaced): (value, GGUFValueType[, sub type])}
+    replaces or adds metadata (value None: the key left out); shapes_override: {tensor: shape}."""
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(n_layer)
-    w.add_context_length(64)
-    w.add_embedding_length(n_embd)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(2)
-    w.add_head_count_kv(1)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_tokenizer_model("no_vocab")
-    w.add_uint32(f"{arch}.vocab_size", n_vocab)
+    meta = {f"{arch}.block_count": (n_layer, VT.UINT32), f"{arch}.context_length": (64, VT.UINT32),
+            f"{arch}.embedding_length": (n_embd, VT.UINT32), f"{arch}.feed_forward_length": (n_ff, VT.UINT32),
+            f"{arch}.attention.head_count": (2, VT.UINT32), f"{arch}.attention.head_count_kv": (1, VT.UINT32),
+            f"{arch}.attention.layer_norm_rms_epsilon": (1e-5, VT.FLOAT32),
+            "tokenizer.ggml.model": ("no_vocab", VT.STRING), f"{arch}.vocab_size": (n_vocab, VT.UINT32)}
+    for k, v in (kv or {}).items():
+        meta[k.replace("{arch}", arch)] = v
+    for k, v in meta.items():
+        if v[0] is not None:
+            w.add_key_value(k, *v)
     hd = n_embd // 2
     shapes = {"token_embd.weight": (n_vocab, n_embd), "output_norm.weight": (n_embd,),
               "output.weight": (n_vocab, n_embd)}
@@ -34,6 +41,7 @@ def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n
             continue
         if name == bad_shape:
             shape = shape[:-1] + (shape[-1] * 2,)
+        shape = (shapes_override or {}).get(name, shape)
         w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -94,3 +102,50 @@ def test_bad_settings(tmp_path):
         Model(path, ctx_size=0)
     with pytest.raises(ValueError, match="kv_dtype"):
         Model(path, kv_dtype="q4")
+
+
+# Metadata a fuzzer of GGUF files turned into exceptions from deep inside (MemoryError,
+# ZeroDivisionError, OverflowError, IndexError, numpy's ValueError) before they were checked.
+BAD_KV = [
+    ({"{arch}.block_count": (2**31 - 1, VT.UINT32)}, r"block_count is 2147483647 but the file has tensors of 1 block"),
+    ({"{arch}.block_count": (2**32 - 1, VT.UINT32)}, r"block_count is too large"),
+    ({"{arch}.attention.key_length": (0, VT.UINT32)}, r"head size must be > 0"),
+    ({"{arch}.attention.head_count": (32, VT.UINT32), "{arch}.attention.head_count_kv": (32, VT.UINT32)},
+     r"head size must be > 0"),                                     # 16 // 32 = 0
+    ({"{arch}.block_count": (float("inf"), VT.FLOAT32)}, r"block_count has a bad value inf"),
+    ({"{arch}.attention.head_count": ([[1, 2], [3]], VT.ARRAY, VT.ARRAY)}, r"head_count is not a number or an array"),
+    ({"{arch}.context_length": (2**32 - 1, VT.UINT32)}, r"context_length is too large"),
+    ({"{arch}.rope.scaling.original_context_length": (2**32, VT.UINT64)}, r"original_context_length is too large"),
+    ({"tokenizer.ggml.tokens": (5, VT.UINT32), "{arch}.vocab_size": (None,)}, r"tokenizer.ggml.tokens must be an array"),
+]
+
+
+@pytest.mark.parametrize("kv,msg", BAD_KV, ids=range(len(BAD_KV)))
+def test_bad_metadata_is_a_clear_error(tmp_path, kv, msg):
+    with pytest.raises(ModelFormatError, match=msg):
+        Model(_write(tmp_path / "m.gguf", kv=kv), n_threads=1, ctx_size=16)
+
+
+def test_bad_tokenizer_metadata_is_a_clear_error():
+    """Tokenizer.from_gguf on malformed vocabulary keys (wrong types, lengths, bytes)."""
+    from llmrt.tokenizer import Tokenizer
+    toks = ["<unk>", "<s>", "</s>"] + [chr(ord("a") + i) for i in range(26)]
+    n = len(toks)
+    base = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": toks,
+            "tokenizer.ggml.scores": [0.0] * n, "tokenizer.ggml.token_type": [2, 3, 3] + [1] * 26}
+    assert Tokenizer.from_gguf(base).n_vocab == n                   # the valid one loads
+    cases = [({"tokenizer.ggml.model": ["llama"]}, r"tokenizer.ggml.model must be a string"),
+             ({"tokenizer.ggml.tokens": 7}, r"tokenizer.ggml.tokens must be an array"),
+             ({"tokenizer.ggml.scores": ["x"] * n}, r"scores must be an array of numbers"),
+             ({"tokenizer.ggml.scores": [0.0] * (n - 1)}, r"scores must have one value per token"),
+             ({"tokenizer.ggml.token_type": 5}, r"token_type must be an array"),
+             ({"tokenizer.ggml.token_type": [2**64 - 1] * n}, r"token_type has values outside"),
+             ({"tokenizer.ggml.bos_token_id": "abc"}, r"bos_token_id must be an integer"),
+             ({"tokenizer.ggml.tokens": toks[:-1] + [b"\xe2\x96".decode("utf-8", "surrogateescape")]},
+              r"token 28 is not valid UTF-8"),
+             ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.merges": 1.0}, r"merges must be an array")]
+    for change, msg in cases:
+        with pytest.raises(ModelFormatError, match=msg):
+            Tokenizer.from_gguf({**base, **change})
+    # an array where a string is expected is ignored as llama.cpp ignores a key of the wrong type
+    assert Tokenizer.from_gguf({**base, "general.name": ["a", "b"]}).n_vocab == n

@@ -274,3 +274,22 @@ def test_broken_moe_file_is_a_format_error(moe, tmp_path, edit_tensors, edit_kv,
                       edit_tensors=edit_tensors, edit_kv=edit_kv)
     with pytest.raises((ModelFormatError, ValueError), match=match):
         Model(path, n_threads=1, ctx_size=32)(t.ids[:4])
+
+
+def _flatten_gate_exps(tensors):
+    return [(n, a.reshape(-1) if n == "blk.0.ffn_gate_exps.weight" else a) for n, a in tensors]
+
+
+@pytest.mark.parametrize("split,edit_tensors,edit_kv,match", [
+    # Mixtral has no expert_feed_forward_length: the expert size is read from this tensor's shape
+    pytest.param(False, _flatten_gate_exps, None, r"blk\.0\.ffn_gate_exps\.weight has shape \(\d+,\)", id="1-d-exps"),
+    # an absurd expert count against 4 per-expert tensors: an error, not a 300M-entry list
+    pytest.param(True, None, lambda w: w.add_expert_count(300_000_000), r"experts \[0, 1, 2, 3\], expected 0\.\.299999999",
+                 id="split-experts-count"),
+])
+def test_broken_mixtral_file_is_a_format_error(moe, tmp_path, split, edit_tensors, edit_kv, match):
+    t = moe("mixtral", "f32")
+    path = write_gguf(t.model, t.config, tmp_path / "broken.gguf", dtype="f32", split_experts=split,
+                      edit_tensors=edit_tensors, edit_kv=edit_kv)
+    with pytest.raises(ModelFormatError, match=match):
+        Model(path, n_threads=1, ctx_size=32)

@@ -8,12 +8,16 @@ from llmrt.errors import ModelFormatError
 
 ROPE_NORM = 0   # pairs (2i, 2i+1): the llama family
 ROPE_NEOX = 2   # pairs (i, i + n_rot/2): Qwen, Gemma, ...
+INT_KEY_MAX = 2**31 - 1   # integer keys (sizes, counts, context lengths) go to C ints
 
 
 def _scalar(v, key, where):
     """A per-model scalar that some files store as a per-layer array (all equal)."""
     if isinstance(v, (list, tuple, np.ndarray)):
-        vals = list(np.asarray(v).ravel())
+        try:
+            vals = list(np.asarray(v).ravel())
+        except (TypeError, ValueError):         # e.g. nested arrays of unequal lengths
+            raise ModelFormatError(f"{where}: key {key} is not a number or an array of numbers") from None
         if not vals:
             raise ModelFormatError(f"{where}: key {key} is an empty array")
         if any(x != vals[0] for x in vals):
@@ -40,10 +44,12 @@ class KeyReader:
         v = _scalar(v, key, self.where)
         try:
             out = kind(v)
-        except (TypeError, ValueError):
-            raise ModelFormatError(f"{self.where}: key {key} has a bad value {v!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ModelFormatError(f"{self.where}: key {key} has a bad value {v!r:.60}") from None
         if kind is int and out < 0:
             raise ModelFormatError(f"{self.where}: key {key} is negative ({out})")
+        if kind is int and out > INT_KEY_MAX:
+            raise ModelFormatError(f"{self.where}: key {key} is too large ({out} > {INT_KEY_MAX})")
         if kind is float and not math.isfinite(out):
             raise ModelFormatError(f"{self.where}: key {key} is not finite ({out})")
         return out
@@ -131,12 +137,21 @@ def read_base_hparams(f, default_eps: float, default_ctx: int):
     if n_head_kv <= 0 or n_head % n_head_kv != 0:
         raise ModelFormatError(
             f"{r.where}: head_count ({n_head}) must be a multiple of head_count_kv ({n_head_kv})")
+    blocks = [int(t.split(".")[1]) for t in f.tensors if t.startswith("blk.") and t.split(".")[1].isdigit()]
+    if n_layer > (max(blocks) + 1 if blocks else 0):
+        raise ModelFormatError(f"{r.where}: block_count is {n_layer} but the file has tensors of "
+                               f"{max(blocks) + 1 if blocks else 0} blocks")
     hd_k = r.get("attention.key_length", n_embd // n_head, kind=int)
     hd_v = r.get("attention.value_length", hd_k, kind=int)
+    if hd_k <= 0 or hd_v <= 0:
+        raise ModelFormatError(f"{r.where}: the head size must be > 0 (attention.key_length {hd_k}, "
+                               f"value_length {hd_v}; else embedding_length / head_count)")
     n_rot = r.get("rope.dimension_count", hd_k, kind=int)
     if n_rot > hd_k or n_rot % 2:
         raise ModelFormatError(f"{r.where}: rope.dimension_count ({n_rot}) must be even and <= head dim ({hd_k})")
     tok = f.get("tokenizer.ggml.tokens")
+    if tok is not None and not isinstance(tok, (list, tuple, np.ndarray)):
+        raise ModelFormatError(f"{r.where}: tokenizer.ggml.tokens must be an array, got {type(tok).__name__}")
     n_vocab = r.get("vocab_size", len(tok) if tok is not None else 0, kind=int)
     if n_vocab <= 0 and "token_embd.weight" in f.tensors:
         n_vocab = f.tensors["token_embd.weight"].shape[1]

@@ -57,15 +57,23 @@ def read_moe_hparams(r, f, fields: dict, norm: bool, required: bool = False) -> 
                                f"the MoE layers are not supported by llmrt for architecture {r.arch}")
     n_ff_exp = r.get("expert_feed_forward_length", 0, kind=int)
     if n_ff_exp == 0:           # Mixtral, OLMoE: the expert size is the FFN size (or the tensor's)
-        t = f.tensors.get("blk.0.ffn_gate_exps.weight") or f.tensors.get("blk.0.ffn_gate.0.weight")
-        n_ff_exp = int(t.shape[1]) if t is not None else fields["n_ff"]
+        name = next((n for n in ("blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate.0.weight") if n in f.tensors), None)
+        n_ff_exp = _dim(f, name, 1) if name is not None else fields["n_ff"]
     n_ff_shexp = r.get("expert_shared_feed_forward_length", 0, kind=int)
     if n_ff_shexp == 0 and "blk.0.ffn_gate_shexp.weight" in f.tensors:
-        n_ff_shexp = int(f.tensors["blk.0.ffn_gate_shexp.weight"].shape[1])
+        n_ff_shexp = _dim(f, "blk.0.ffn_gate_shexp.weight", 1)
     if n_ff_exp <= 0:
         raise ModelFormatError(f"{r.where}: no expert FFN size ({r.arch}.expert_feed_forward_length)")
     return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp, n_ff_shexp=n_ff_shexp,
                 expert_norm=norm)
+
+
+def _dim(f, name: str, i: int) -> int:
+    """Dimension i (ggml order) of tensor `name`, with a clear error when it has fewer."""
+    shape = tuple(f.tensors[name].shape)
+    if len(shape) <= i:
+        raise ModelFormatError(f"{f.path}: tensor {name} has shape {shape}: expected at least {i + 1} dimensions")
+    return int(shape[i])
 
 
 def required_tensors(hp, b: str) -> list:
@@ -115,7 +123,7 @@ def stack_split_experts(f, hp, replaced=None) -> dict:
         merged = f"blk.{il}.ffn_{proj}_exps.weight"
         if merged in f.tensors:
             raise ModelFormatError(f"{f.path}: layer {il} has both {merged} and per-expert ffn_{proj} tensors")
-        if sorted(parts) != list(range(hp.n_expert)):
+        if len(parts) != hp.n_expert or sorted(parts) != list(range(len(parts))):
             raise ModelFormatError(f"{f.path}: layer {il} has per-expert ffn_{proj} tensors for experts "
                                    f"{sorted(parts)}, expected 0..{hp.n_expert - 1}")
         if replaced is not None:
