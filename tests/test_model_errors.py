@@ -10,10 +10,9 @@ from llmrt import Model, ModelFormatError
 VT = gguf.GGUFValueType
 
 
-def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n_ff=32, n_layer=1, kv=None,
-           shapes_override=None):
+def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n_ff=32, n_layer=1, kv=None):
     """A tiny llama-shaped GGUF; kv: {key ("{arch}" is replaced): (value, GGUFValueType[, sub type])}
-    replaces or adds metadata (value None: the key left out); shapes_override: {tensor: shape}."""
+    replaces or adds metadata (value None: the key left out)."""
     w = gguf.GGUFWriter(str(path), arch)
     meta = {f"{arch}.block_count": (n_layer, VT.UINT32), f"{arch}.context_length": (64, VT.UINT32),
             f"{arch}.embedding_length": (n_embd, VT.UINT32), f"{arch}.feed_forward_length": (n_ff, VT.UINT32),
@@ -41,7 +40,6 @@ def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n
             continue
         if name == bad_shape:
             shape = shape[:-1] + (shape[-1] * 2,)
-        shape = (shapes_override or {}).get(name, shape)
         w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -110,8 +108,7 @@ BAD_KV = [
     ({"{arch}.block_count": (2**31 - 1, VT.UINT32)}, r"block_count is 2147483647 but the file has tensors of 1 block"),
     ({"{arch}.block_count": (2**32 - 1, VT.UINT32)}, r"block_count is too large"),
     ({"{arch}.attention.key_length": (0, VT.UINT32)}, r"head size must be > 0"),
-    ({"{arch}.attention.head_count": (32, VT.UINT32), "{arch}.attention.head_count_kv": (32, VT.UINT32)},
-     r"head size must be > 0"),                                     # 16 // 32 = 0
+    ({"{arch}.attention.head_count": (32, VT.UINT32)}, r"head size must be > 0"),   # embedding 16 // 32 heads
     ({"{arch}.block_count": (float("inf"), VT.FLOAT32)}, r"block_count has a bad value inf"),
     ({"{arch}.attention.head_count": ([[1, 2], [3]], VT.ARRAY, VT.ARRAY)}, r"head_count is not a number or an array"),
     ({"{arch}.context_length": (2**32 - 1, VT.UINT32)}, r"context_length is too large"),
