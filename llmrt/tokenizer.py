@@ -578,7 +578,10 @@ class Tokenizer:
         proto = spm_model_proto(pieces, scores, sp_types, add_dummy_prefix=self.add_space_prefix,
                                 byte_fallback=byte_fallback)
         self.spm_proto = proto                      # the ModelProto bytes, for inspection/export
-        self._sp = spm.SentencePieceProcessor(model_proto=proto)
+        try:
+            self._sp = spm.SentencePieceProcessor(model_proto=proto)
+        except RuntimeError as e:                   # e.g. a piece with a NUL character
+            raise ModelFormatError(f"[tokenizer] sentencepiece rejects this vocabulary: {e}") from None
         n_sp = self._sp.get_piece_size()
         if n_sp != len(pieces):
             raise ModelFormatError(f"[tokenizer] sentencepiece loaded {n_sp} pieces, expected {len(pieces)}")

@@ -114,7 +114,41 @@ BAD_KV = [
     ({"{arch}.context_length": (2**32 - 1, VT.UINT32)}, r"context_length is too large"),
     ({"{arch}.rope.scaling.original_context_length": (2**32, VT.UINT64)}, r"original_context_length is too large"),
     ({"tokenizer.ggml.tokens": (5, VT.UINT32), "{arch}.vocab_size": (None,)}, r"tokenizer.ggml.tokens must be an array"),
+    ({"tokenizer.ggml.tokens": ([f"t{i}" for i in range(20)], VT.ARRAY, VT.STRING)},
+     r"the vocabulary has 20 tokens but the model 32"),             # ids it could not decode
+    ({"{arch}.rope.dimension_count": (0, VT.UINT32)}, r"rope.dimension_count \(0\) must be even, > 0"),
+    ({"{arch}.rope.freq_base": (0.0, VT.FLOAT32)}, r"rope.freq_base must be > 0"),
+    ({"{arch}.rope.scaling.factor": (3e38, VT.FLOAT32)}, r"rope.scaling.factor .* is out of range"),
+    ({"{arch}.rope.scaling.type": (["yarn"], VT.ARRAY, VT.STRING)}, r"rope.scaling.type must be a string"),
+    ({"{arch}.attention.layer_norm_rms_epsilon": (-1.0, VT.FLOAT32)}, r"layer_norm_rms_epsilon must be >= 0"),
 ]
+
+
+def test_block_count_needs_every_block(tmp_path):
+    """One far-numbered tensor does not make a huge block_count plausible (the tensor list it
+    sizes is not built: a MemoryError after half a minute before)."""
+    path = _write(tmp_path / "m.gguf", kv={"{arch}.block_count": (10**8, VT.UINT32)})
+    from gguf import GGUFWriter
+    w = GGUFWriter(str(tmp_path / "far.gguf"), "llama")
+    r = gguf.GGUFReader(path)
+    for field in r.fields.values():
+        if field.name.startswith("GGUF."):
+            continue
+        vt = field.types[0]
+        val = field.contents()
+        if vt == VT.ARRAY:
+            w.add_key_value(field.name, val, vt, field.types[-1])
+        else:
+            w.add_key_value(field.name, val, vt)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data))
+    w.add_tensor("blk.99999999.x.weight", np.zeros(1, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelFormatError, match=r"block_count is 100000000 but the file has tensors of 2 blocks"):
+        Model(str(tmp_path / "far.gguf"), n_threads=1, ctx_size=16)
 
 
 @pytest.mark.parametrize("kv,msg", BAD_KV, ids=range(len(BAD_KV)))
@@ -140,7 +174,8 @@ def test_bad_tokenizer_metadata_is_a_clear_error():
              ({"tokenizer.ggml.bos_token_id": "abc"}, r"bos_token_id must be an integer"),
              ({"tokenizer.ggml.tokens": toks[:-1] + [b"\xe2\x96".decode("utf-8", "surrogateescape")]},
               r"token 28 is not valid UTF-8"),
-             ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.merges": 1.0}, r"merges must be an array")]
+             ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.merges": 1.0}, r"merges must be an array"),
+             ({"tokenizer.ggml.tokens": toks[:-1] + ["a\x00b"]}, r"sentencepiece rejects this vocabulary")]
     for change, msg in cases:
         with pytest.raises(ModelFormatError, match=msg):
             Tokenizer.from_gguf({**base, **change})

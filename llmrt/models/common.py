@@ -81,12 +81,18 @@ def read_rope(r: KeyReader, n_rot: int, mode: int, n_ctx_train: int) -> RopePara
     yarn; llama3-style scaling comes as a rope_freqs tensor and is handled by the family)."""
     rp = RopeParams(n_rot=n_rot, mode=mode)
     rp.freq_base = r.get("rope.freq_base", 10000.0)
+    if rp.freq_base <= 0:
+        raise ModelFormatError(f"{r.where}: {r.arch}.rope.freq_base must be > 0, got {rp.freq_base}")
     # llama.cpp: rope.scaling.factor (older files: rope.scale_linear); freq_scale = 1/factor;
     # a missing scaling type means linear.
     factor = r.get("rope.scaling.factor", 0.0) or r.get("rope.scale_linear", 0.0)
     rp.freq_scale = 1.0 / factor if factor > 0 else 1.0
+    if not 1e-30 < rp.freq_scale < 1e30:       # an f32 in the kernels: 0 or inf there
+        raise ModelFormatError(f"{r.where}: {r.arch}.rope.scaling.factor {factor} is out of range")
     rp.n_ctx_orig = r.get("rope.scaling.original_context_length", 0, kind=int) or n_ctx_train
     rtype = r.f.get(f"{r.arch}.rope.scaling.type", "linear")
+    if not isinstance(rtype, str):
+        raise ModelFormatError(f"{r.where}: {r.arch}.rope.scaling.type must be a string, got {type(rtype).__name__}")
     if rtype in ("none", "linear"):
         pass
     elif rtype == "yarn":
@@ -137,24 +143,27 @@ def read_base_hparams(f, default_eps: float, default_ctx: int):
     if n_head_kv <= 0 or n_head % n_head_kv != 0:
         raise ModelFormatError(
             f"{r.where}: head_count ({n_head}) must be a multiple of head_count_kv ({n_head_kv})")
-    blocks = [int(t.split(".")[1]) for t in f.tensors if t.startswith("blk.") and t.split(".")[1].isdigit()]
-    if n_layer > (max(blocks) + 1 if blocks else 0):
+    blocks = {int(t.split(".")[1]) for t in f.tensors if t.startswith("blk.") and t.split(".")[1].isdigit()}
+    if n_layer > len(blocks):               # (before anything sized by it is built)
         raise ModelFormatError(f"{r.where}: block_count is {n_layer} but the file has tensors of "
-                               f"{max(blocks) + 1 if blocks else 0} blocks")
+                               f"{len(blocks)} blocks")
     hd_k = r.get("attention.key_length", n_embd // n_head, kind=int)
     hd_v = r.get("attention.value_length", hd_k, kind=int)
     if hd_k <= 0 or hd_v <= 0:
         raise ModelFormatError(f"{r.where}: the head size must be > 0 (attention.key_length {hd_k}, "
                                f"value_length {hd_v}; else embedding_length / head_count)")
     n_rot = r.get("rope.dimension_count", hd_k, kind=int)
-    if n_rot > hd_k or n_rot % 2:
-        raise ModelFormatError(f"{r.where}: rope.dimension_count ({n_rot}) must be even and <= head dim ({hd_k})")
+    if n_rot <= 0 or n_rot > hd_k or n_rot % 2:
+        raise ModelFormatError(f"{r.where}: rope.dimension_count ({n_rot}) must be even, > 0 and <= head dim ({hd_k})")
     tok = f.get("tokenizer.ggml.tokens")
     if tok is not None and not isinstance(tok, (list, tuple, np.ndarray)):
         raise ModelFormatError(f"{r.where}: tokenizer.ggml.tokens must be an array, got {type(tok).__name__}")
     n_vocab = r.get("vocab_size", len(tok) if tok is not None else 0, kind=int)
     if n_vocab <= 0 and "token_embd.weight" in f.tensors:
         n_vocab = f.tensors["token_embd.weight"].shape[1]
+    if tok is not None and len(tok) != n_vocab:   # llama.cpp sizes the embeddings by the vocabulary
+        raise ModelFormatError(f"{r.where}: the vocabulary has {len(tok)} tokens but the model {n_vocab} "
+                               f"(vocab_size or token_embd.weight)")
     fields = dict(
         n_vocab=n_vocab, n_ctx_train=r.get("context_length", default_ctx, kind=int), n_embd=n_embd,
         n_layer=n_layer, n_ff=r.get("feed_forward_length", 0, kind=int), n_head=n_head,
@@ -162,6 +171,8 @@ def read_base_hparams(f, default_eps: float, default_ctx: int):
         norm_eps=r.get("attention.layer_norm_rms_epsilon", default_eps),
         tied_output="output.weight" not in f.tensors,
     )
+    if fields["norm_eps"] < 0:
+        raise ModelFormatError(f"{r.where}: attention.layer_norm_rms_epsilon must be >= 0, got {fields['norm_eps']}")
     return r, fields, n_rot
 
 
