@@ -587,16 +587,14 @@ class Engine:
         # one prefill chunk, oldest admission first; short while other streams wait on this step
         pre = [s for s in self.slots if s.req is not None and s.pending]
         dec = [s for s in self.slots if s.req is not None and s.next_tok is not None]
-        if pre and dec and len(dec) < N_BATCH:
-            s = min(pre, key=lambda s: s.admit_seq)
-            n = min(self._prefill_limit(), len(s.pending), N_BATCH - len(dec))
-            if n <= s.session.n_ctx - s.session.n_past:  # fits without an eviction: one run
-                self._mixed_step(s, n, dec)
-                return
         if pre:
             s = min(pre, key=lambda s: s.admit_seq)
-            decoding = bool(dec)
-            limit = self._prefill_limit() if decoding else self.n_batch
+            if dec and len(dec) < N_BATCH:
+                n = min(self._prefill_limit(), len(s.pending), N_BATCH - len(dec))
+                if n <= s.session.n_ctx - s.session.n_past:  # fits without an eviction: one run
+                    self._mixed_step(s, n, dec)
+                    return
+            limit = self._prefill_limit() if dec else self.n_batch
             chunk = s.pending[:limit]
             del s.pending[:limit]
             t0 = time.perf_counter()
@@ -624,15 +622,19 @@ class Engine:
                     s.next_tok = None
                 raise
             self._dec_s = _average(self._dec_s, time.perf_counter() - t0)
-            now = time.monotonic()
-            with self._cv:
-                self._m["decode_steps"] += 1
-                self._recent.append((now, len(group)))
-            for s, t, lg in zip(group, toks, logits):
-                s.history.append(t)
-                s.last_logits = lg
-                s.next_tok = None
-                self._sample(s, lg)
+            self._decoded(group, toks, logits)
+
+    def _decoded(self, group: list, toks: list, logits):
+        """After a decode step of the slots in group (their tokens toks): count it, then each slot
+        keeps its token and samples the next one from its row of logits."""
+        with self._cv:
+            self._m["decode_steps"] += 1
+            self._recent.append((time.monotonic(), len(group)))
+        for s, t, lg in zip(group, toks, logits):
+            s.history.append(t)
+            s.last_logits = lg
+            s.next_tok = None
+            self._sample(s, lg)
 
     def _mixed_step(self, s: _Slot, n: int, dec: list):
         """Slot s's next n prompt ids (they fit its cache without an eviction) and the decode step
@@ -658,17 +660,11 @@ class Engine:
             self._m["prefill_tokens"] += len(chunk)
             self._m["prefill_chunks"] += 1
             self._m["mixed_steps"] += 1
-            self._m["decode_steps"] += 1
-            self._recent.append((time.monotonic(), len(dec)))
         if self._dec_s is not None and dt > self._dec_s:
             self._pre_tok_s = _average(self._pre_tok_s, (dt - self._dec_s) / len(chunk))
         if not s.pending:
             self._sample(s, s.last_logits)
-        for d, t, lg in zip(dec, toks, logits[1:]):
-            d.history.append(t)
-            d.last_logits = lg
-            d.next_tok = None
-            self._sample(d, lg)
+        self._decoded(dec, toks, logits[1:])
 
     def _prefill_limit(self) -> int:
         """Prompt tokens to prefill in a step that also decodes running streams: prefill_chunk,

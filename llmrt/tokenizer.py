@@ -353,13 +353,12 @@ class Tokenizer:
             raise ModelFormatError("[tokenizer] missing tokenizer.ggml.tokens")
         tokens = [str(t) for t in tokens]
         n = len(tokens)
-        for i, t in enumerate(tokens):          # (the GGUF reader keeps invalid bytes as surrogates)
-            try:
+        for i, t in enumerate(tokens):          # as llama.cpp: never an empty piece
+            try:                                # (the GGUF reader keeps invalid bytes as surrogates)
                 t.encode("utf-8")
             except UnicodeEncodeError:
                 raise ModelFormatError(f"[tokenizer] token {i} is not valid UTF-8: "
                                        f"{t.encode('utf-8', 'surrogateescape')!r:.60}") from None
-        for i, t in enumerate(tokens):          # as llama.cpp: never an empty piece
             if t == "":
                 log.warning("tokenizer: empty token at index %d", i)
                 tokens[i] = f"[EMPTY_{i}]"
