@@ -321,10 +321,12 @@ cdef class Tensor:
     activations the last entry is the token dim at its capacity (token_dim says which)."""
     cdef readonly Graph graph
     cdef readonly int id
+    cdef public str name         # a weight's tensor name in its file (set by the loader), or None
 
     def __cinit__(self, Graph graph, int id):
         self.graph = graph
         self.id = id
+        self.name = None
 
     cdef const llmrt_tensor *t(self):
         return llmrt_graph_tensor(self.graph.g, self.id)
@@ -363,8 +365,14 @@ cdef class Tensor:
     def op(self):
         return llmrt_op_name(self.t().op).decode()
 
+    @property
+    def described(self):
+        """Its type and, for a weight that has one, its name: the way op errors name it."""
+        return f"{self.type_name} ({self.name})" if self.name else self.type_name
+
     def __repr__(self):
-        return f"Tensor({self.op}, {self.type_name}, ne={self.ne})"
+        name = f" {self.name}" if self.name else ""
+        return f"Tensor({self.op}{name}, {self.type_name}, ne={self.ne})"
 
 
 cdef class Graph:
@@ -518,7 +526,7 @@ cdef class Graph:
         cdef const llmrt_tensor *tw = self._weight(w, "get_rows", "w")
         self._input(tok, LLMRT_INPUT_TOKENS, "get_rows", "tok", "input_tokens()")
         if tw.ne[2] != 1 or tw.ne[3] != 1:
-            raise ValueError(f"[get_rows] w must be 2-D, got ne={w.ne}")
+            raise ValueError(f"[get_rows] w must be 2-D, got {w!r}")
         t = self._new(llmrt_graph_get_rows(self.g, w.id, tok.id), "get_rows")
         if self._vocab < 0 or tw.ne[1] < self._vocab:
             self._vocab = tw.ne[1]
@@ -543,7 +551,7 @@ cdef class Graph:
                 raise ValueError(f"[{op}] shapes differ: a.ne {a.ne} != b.ne {b.ne}")
         else:
             if tb.type not in (_T_F32, _T_F16, _T_BF16):
-                raise ValueError(f"[{op}] a weight b must be F32, F16 or BF16, got {b.type_name}")
+                raise ValueError(f"[{op}] a weight b must be F32, F16 or BF16, got {b.described}")
             ane = a.ne
             for d in range(4):
                 bd = tb.ne[d]
@@ -551,9 +559,9 @@ cdef class Graph:
                 if d >= ta.tok_dim:
                     if bd != 1:
                         raise ValueError(f"[{op}] b.ne{d} ({bd}) must be 1: a's dim {d} is "
-                                         f"{'the token dim' if d == ta.tok_dim else 'past it'}")
+                                         f"{'the token dim' if d == ta.tok_dim else 'past it'} (b: {b!r})")
                 elif bd != 1 and bd != ad:
-                    raise ValueError(f"[{op}] b.ne{d} ({bd}) must be 1 or a.ne{d} ({ad})")
+                    raise ValueError(f"[{op}] b.ne{d} ({bd}) must be 1 or a.ne{d} ({ad}) (b: {b!r})")
         if op == "mul":
             return self._new(llmrt_graph_mul(self.g, a.id, b.id), op)
         return self._new(llmrt_graph_add(self.g, a.id, b.id), op)
@@ -577,17 +585,17 @@ cdef class Graph:
         cdef const llmrt_tensor *tw = self._weight(w, "mul_mat", "w")
         cdef const llmrt_tensor *tx = self._act(x, "mul_mat", "x")
         if tw.ne[2] != 1 or tw.ne[3] != 1:
-            raise ValueError(f"[mul_mat] w must be 2-D, got ne={w.ne}")
+            raise ValueError(f"[mul_mat] w must be 2-D, got {w!r}")
         if tw.ne[0] != tx.ne[0]:
-            raise ValueError(f"[mul_mat] w.ne0 ({tw.ne[0]}) != x.ne0 ({tx.ne[0]})")
+            raise ValueError(f"[mul_mat] w.ne0 ({tw.ne[0]}) != x.ne0 ({tx.ne[0]}) (w: {w!r})")
         cdef const llmrt_kernel_table *kt = llmrt_kernels()
         cdef const llmrt_type_traits *tt = llmrt_type_traits_get(tw.type)
         if kt.vec_dot[tw.type] == NULL:
-            raise RuntimeError(f"[mul_mat] no vec_dot kernel for {w.type_name} weights")
+            raise RuntimeError(f"[mul_mat] no vec_dot kernel for {w.described} weights")
         vt = tt.vec_dot_type
         if (vt not in (_T_F32, _T_F16, _T_BF16) and kt.quant_row[vt] == NULL):
             raise RuntimeError(f"[mul_mat] no quant_row kernel for {_type_name(vt)} "
-                               f"(the activation type of {w.type_name})")
+                               f"(the activation type of {w.described})")
         t = self._new(llmrt_graph_mul_mat(self.g, w.id, x.id), "mul_mat")
         self._attach_copies(w.id)
         return t
@@ -676,14 +684,14 @@ cdef class Graph:
         cdef const llmrt_tensor *tr = self._tensor(route, "mul_mat_id", "route")
         cdef const llmrt_tensor *tu
         if tw.n_dims != 3:
-            raise ValueError(f"[mul_mat_id] w must be 3-D [K, M, n_expert], got ne={w.ne}")
+            raise ValueError(f"[mul_mat_id] w must be 3-D [K, M, n_expert], got {w!r}")
         if tr.op != LLMRT_OP_MOE_ROUTE:
             raise ValueError(f"[mul_mat_id] route must be a moe_route tensor, got {route!r}")
         if tr.src[0].ne[0] != tw.ne[2]:
-            raise ValueError(f"[mul_mat_id] the router has {tr.src[0].ne[0]} experts, w has {tw.ne[2]}")
+            raise ValueError(f"[mul_mat_id] the router has {tr.src[0].ne[0]} experts, w has {tw.ne[2]} ({w!r})")
         cdef int k = tr.op_params[0]
         if tw.ne[0] != tx.ne[0]:
-            raise ValueError(f"[mul_mat_id] w.ne0 ({tw.ne[0]}) != x.ne0 ({tx.ne[0]})")
+            raise ValueError(f"[mul_mat_id] w.ne0 ({tw.ne[0]}) != x.ne0 ({tx.ne[0]}) (w: {w!r})")
         if not (tx.n_dims == 2 or (tx.n_dims == 3 and tx.ne[1] == k)):
             raise ValueError(f"[mul_mat_id] x must be [K, n] or [K, k={k}, n], got ne={x.ne}")
         if tx.tok_kind != tr.tok_kind:
@@ -701,7 +709,7 @@ cdef class Graph:
             raise ValueError("[mul_mat_id] act needs up (the fused gate/up form)")
         cdef const llmrt_kernel_table *kt = llmrt_kernels()
         if kt.vec_dot[tw.type] == NULL:
-            raise RuntimeError(f"[mul_mat_id] no vec_dot kernel for {w.type_name} weights")
+            raise RuntimeError(f"[mul_mat_id] no vec_dot kernel for {w.described} weights")
         t = self._new(llmrt_graph_mul_mat_id(self.g, w.id, x.id, route.id, up_id, act_id), "mul_mat_id")
         self._attach_copies(w.id)
         if up is not None:

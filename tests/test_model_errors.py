@@ -11,9 +11,10 @@ VT = gguf.GGUFValueType
 
 
 def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n_ff=32, n_layer=1, kv=None,
-           extra=None):
+           extra=None, types=None):
     """A tiny llama-shaped GGUF; kv: {key ("{arch}" is replaced): (value, GGUFValueType[, sub type])}
-    replaces or adds metadata (value None: the key left out); extra: {name: array}, more tensors."""
+    replaces or adds metadata (value None: the key left out); extra: {name: array}, more tensors;
+    types: {name: GGMLQuantizationType}, tensors stored in that type instead of F32."""
     w = gguf.GGUFWriter(str(path), arch)
     meta = {f"{arch}.block_count": (n_layer, VT.UINT32), f"{arch}.context_length": (64, VT.UINT32),
             f"{arch}.embedding_length": (n_embd, VT.UINT32), f"{arch}.feed_forward_length": (n_ff, VT.UINT32),
@@ -41,14 +42,35 @@ def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n
             continue
         if name == bad_shape:
             shape = shape[:-1] + (shape[-1] * 2,)
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
+        a = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+        if name in (types or {}):
+            _add_typed(w, name, a, types[name])
+        else:
+            w.add_tensor(name, a)
     for name, a in (extra or {}).items():
-        w.add_tensor(name, a)
+        if name in (types or {}):
+            _add_typed(w, name, a, types[name])
+        else:
+            w.add_tensor(name, a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return str(path)
+
+
+def _add_typed(w, name, a, qt):
+    """Tensor a (float32, numpy order) stored as type qt: quantized by gguf.quants, integers
+    as themselves, Q8_1 (which gguf.quants cannot make) as zero blocks: 40 bytes each, the size
+    gguf-py's table has (ggml's block_q8_1 is 36: llmrt reads the tensor as 36-byte blocks, fewer
+    bytes than were written)."""
+    T = gguf.GGMLQuantizationType
+    if qt in (T.I8, T.I16, T.I32):
+        w.add_tensor(name, a.astype({T.I8: np.int8, T.I16: np.int16, T.I32: np.int32}[qt]), raw_dtype=qt)
+    elif qt == T.Q8_1:          # 32 elements: f16 d, f16 s, 32 int8
+        w.add_tensor(name, np.zeros(a.shape[:-1] + (a.shape[-1] // 32 * 40,), np.uint8), raw_dtype=qt)
+    else:
+        w.add_tensor(name, gguf.quants.quantize(a, qt), raw_dtype=qt)
 
 
 def test_valid_tiny_model_runs(tmp_path):
@@ -103,6 +125,45 @@ def test_bad_settings(tmp_path):
         Model(path, ctx_size=0)
     with pytest.raises(ValueError, match="kv_dtype"):
         Model(path, kv_dtype="q4")
+
+
+QT = gguf.GGMLQuantizationType
+# Tensors of a type or shape an op refuses: found at load by Model._check_graph (the forward pass
+# built once on a graph that is never run), named in the error, not an error at the first eval.
+BAD_TENSORS = [
+    ({"types": {"blk.0.attn_norm.weight": QT.Q4_0}},
+     r"\[mul\] a weight b must be F32, F16 or BF16, got Q4_0 \(blk\.0\.attn_norm\.weight\)"),
+    ({"types": {"output_norm.weight": QT.Q8_0}}, r"got Q8_0 \(output_norm\.weight\)"),
+    ({"types": {"blk.0.attn_q.weight": QT.Q8_1}},
+     r"\[mul_mat\] no vec_dot kernel for Q8_1 \(blk\.0\.attn_q\.weight\) weights"),
+    ({"types": {"blk.0.attn_q.weight": QT.I8}}, r"tensor blk\.0\.attn_q\.weight has type I8"),
+    ({"types": {"token_embd.weight": QT.I32}}, r"tensor token_embd\.weight has type I32"),
+    ({"extra": {"blk.0.attn_q.bias": np.zeros(7, np.float32)}},
+     r"\[add\] b\.ne0 \(7\) must be 1 or a\.ne0 \(32\) \(b: Tensor\(weight blk\.0\.attn_q\.bias, F32"),
+    ({"extra": {"blk.0.attn_k.bias": np.zeros((2, 16), np.float32)}}, r"b\.ne1 \(2\) must be 1.*blk\.0\.attn_k\.bias"),
+    ({"extra": {"blk.0.attn_q.bias": np.zeros(32, np.float32)}, "types": {"blk.0.attn_q.bias": QT.Q8_0}},
+     r"got Q8_0 \(blk\.0\.attn_q\.bias\)"),
+    ({"extra": {"rope_freqs.weight": np.ones(1, np.float32)}},
+     r"\[rope\] freq_factors must be an F32 weight of >= n_rot/2 \(8\) values, got Tensor\(weight rope_freqs\.weight"),
+]
+
+
+@pytest.mark.parametrize("edit,match", BAD_TENSORS)
+def test_bad_tensor_is_a_load_error_naming_it(tmp_path, edit, match):
+    path = _write(tmp_path / "m.gguf", n_embd=32, **edit)
+    with pytest.raises(ModelFormatError, match=match):
+        Model(path, n_threads=1, ctx_size=16)
+
+
+def test_optional_tensors_of_the_right_type_load_and_run(tmp_path):
+    """The load-time check refuses only what the ops refuse: F16 norms, Q4_0 embeddings and
+    matmuls, biases and rope_freqs of the right shape load and give finite logits."""
+    path = _write(tmp_path / "m.gguf", n_embd=32,
+                  extra={"blk.0.attn_q.bias": np.zeros(32, np.float32), "rope_freqs.weight": np.ones(8, np.float32)},
+                  types={"blk.0.attn_norm.weight": QT.F16, "token_embd.weight": QT.Q4_0,
+                         "blk.0.attn_q.weight": QT.Q4_0})
+    logits = Model(path, n_threads=1, ctx_size=16)([1, 2, 3])
+    assert logits.shape == (3, 32) and np.isfinite(logits).all()
 
 
 # Metadata a fuzzer of GGUF files turned into exceptions from deep inside (MemoryError,
