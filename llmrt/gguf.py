@@ -27,6 +27,7 @@ raises assorted exceptions on corrupt input. Only the `gguf` package's constants
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import re
@@ -38,6 +39,8 @@ from gguf import GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from llmrt import _core
 from llmrt.errors import ModelFormatError
+
+log = logging.getLogger("llmrt")
 
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32
@@ -277,7 +280,8 @@ class GGUFFile:
                native byte order; bool arrays -> numpy bool); nested arrays -> lists of those.
     kv_types   {key: value type id} and for arrays (ARRAY id, element type id): what a writer
                needs to write the same keys back.
-    tensors    {name: TensorInfo} in file order. TensorInfo.data is a read-only view:
+    tensors    {name: TensorInfo} in file order. TensorInfo.data is a read-only view (a
+               read-only aligned copy, made once, of a tensor not 4-byte aligned in the file):
                F32 float32, F16 float16, BF16 uint16 (raw bits), I8/I16/I32/I64/F64 their dtype,
                shaped reversed(shape) (numpy order); quantized types uint8 shaped
                (*reversed(shape[1:]), row_bytes).
@@ -288,6 +292,7 @@ class GGUFFile:
         self._mm = None
         self._buf = None
         self._advised: set = set()   # tensors already given advise_willneed
+        self._copies: dict = {}      # {name: aligned copy} of tensors misaligned in the file
         self.metadata: dict[str, Any] = {}
         self.kv_types: dict[str, Any] = {}
         self.tensors: dict[str, TensorInfo] = {}
@@ -469,11 +474,26 @@ class GGUFFile:
         if self._buf is None:
             raise ValueError(f"{self.path}: GGUF file is closed")
         raw = self._buf[t.offset:t.offset + t.nbytes]
+        if raw.ctypes.data % 4:
+            raw = self._aligned_copy(t, raw)
         dt = _TENSOR_DTYPE.get(t.type)
         if dt is not None:
             return raw.view(dt).reshape(t.shape[::-1])
         row_bytes = t.nbytes // (t.n_elements // t.shape[0])
         return raw.reshape(*t.shape[:0:-1], row_bytes)
+
+    def _aligned_copy(self, t: TensorInfo, raw: np.ndarray) -> np.ndarray:
+        """Tensor t's bytes copied to aligned memory, once: a file written with general.alignment
+        1 or 2 (legal GGUF, loaded by llama.cpp) can place tensors where the kernels' f32 / f16 /
+        block loads would be misaligned."""
+        c = self._copies.get(t.name)
+        if c is None:
+            if not self._copies:
+                log.warning("%s: tensors are not 4-byte aligned in the file (general.alignment %d): "
+                            "each one used is copied into memory", self.path, self.alignment)
+            c = self._copies[t.name] = raw.copy()
+            c.flags.writeable = False
+        return c
 
     def get(self, key: str, default=None):
         return self.metadata.get(key, default)
@@ -509,6 +529,7 @@ class GGUFFile:
     def close(self):
         """Drop the map. Views handed out earlier keep their pages alive until they are freed."""
         self._buf = None
+        self._copies = {}
         mm, self._mm = self._mm, None
         if isinstance(mm, mmap.mmap):
             try:

@@ -11,11 +11,14 @@ VT = gguf.GGUFValueType
 
 
 def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n_ff=32, n_layer=1, kv=None,
-           extra=None, types=None):
+           extra=None, types=None, alignment=None):
     """A tiny llama-shaped GGUF; kv: {key ("{arch}" is replaced): (value, GGUFValueType[, sub type])}
     replaces or adds metadata (value None: the key left out); extra: {name: array}, more tensors;
-    types: {name: GGMLQuantizationType}, tensors stored in that type instead of F32."""
+    types: {name: GGMLQuantizationType}, tensors stored in that type instead of F32; alignment:
+    general.alignment (the writer pads the tensors to it)."""
     w = gguf.GGUFWriter(str(path), arch)
+    if alignment is not None:
+        w.add_custom_alignment(alignment)
     meta = {f"{arch}.block_count": (n_layer, VT.UINT32), f"{arch}.context_length": (64, VT.UINT32),
             f"{arch}.embedding_length": (n_embd, VT.UINT32), f"{arch}.feed_forward_length": (n_ff, VT.UINT32),
             f"{arch}.attention.head_count": (2, VT.UINT32), f"{arch}.attention.head_count_kv": (1, VT.UINT32),
@@ -164,6 +167,23 @@ def test_optional_tensors_of_the_right_type_load_and_run(tmp_path):
                          "blk.0.attn_q.weight": QT.Q4_0})
     logits = Model(path, n_threads=1, ctx_size=16)([1, 2, 3])
     assert logits.shape == (3, 32) and np.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("alignment", [1, 2])
+def test_misaligned_tensors_are_copied_and_run(tmp_path, alignment):
+    """general.alignment 1 or 2 is legal GGUF (llama.cpp loads it): tensors the kernels would
+    read misaligned are copied to aligned memory at first use, and the logits are the bits of
+    the same model written with the default alignment."""
+    types = {"blk.0.attn_q.weight": QT.Q4_0, "blk.0.attn_k.weight": QT.F16}
+    ref = Model(_write(tmp_path / "a32.gguf", n_embd=32, types=types), n_threads=1, ctx_size=16)([1, 2, 3])
+    odd = {"general.name": ("t", VT.STRING)}   # a header of 4k + 1 bytes: the data section starts there
+    m = Model(_write(tmp_path / "a.gguf", n_embd=32, types=types, alignment=alignment, kv=odd), n_threads=1,
+              ctx_size=16)
+    misaligned = {n for n, t in m.gguf.tensors.items() if t.offset % 4}
+    assert misaligned
+    np.testing.assert_array_equal(m([1, 2, 3]), ref)
+    assert set(m.gguf._copies) == misaligned
+    assert all(t.data.ctypes.data % 4 == 0 for t in m.gguf.tensors.values())
 
 
 # Metadata a fuzzer of GGUF files turned into exceptions from deep inside (MemoryError,
