@@ -248,6 +248,7 @@ class Engine:
                                                  kv_mode=kv_mode)) for i in range(int(n_parallel))]
         self.n_ctx = self.slots[0].session.n_ctx
         self.n_keep = self.slots[0].session.n_keep
+        self.n_discard = self.slots[0].session.n_discard
         self._eog = frozenset(self.tokenizer.eog_ids) if self.tokenizer is not None else frozenset()
         self._queue: collections.deque = collections.deque()
         self._cv = threading.Condition()
@@ -554,15 +555,19 @@ class Engine:
         ids = req.prompt_ids
         if n == 0:
             s.reset()
-            keep = self.n_keep if req.n_keep is None else min(req.n_keep, s.session.n_ctx - 1)
-            if s.session.n_keep != keep:
-                if s.session.n_discard > s.session.n_ctx - keep:
-                    s.session.n_discard = -1
-                s.session.n_keep = keep
         elif n < len(s.history):
             s.session.truncate(n)
             del s.history[n:]
             s.last_logits = None
+        # the request's pinned count whether the cache starts afresh or keeps a prefix, so that no
+        # request runs with the n_keep of the slot's last one (on a kept prefix it only moves
+        # where later evictions start); n_discard the engine's where it fits beside it
+        keep = self.n_keep if req.n_keep is None else min(req.n_keep, s.session.n_ctx - 1)
+        ses = s.session
+        if ses.n_keep != keep or ses.n_discard != self.n_discard:
+            ses.n_discard = -1
+            ses.n_keep = keep
+            ses.n_discard = self.n_discard if self.n_discard <= ses.n_ctx - ses.n_keep else -1
         s.req = req
         s.pending = list(ids[n:])
         s.next_tok = None

@@ -271,12 +271,15 @@ class Session:
                   self._mode, d, k, self.n_shifts, self.n_evicted)
 
     def make_room(self, m: int):
-        """Evict (as eval does) until m new tokens fit in the cache at once; m must be at most
-        ctx_size - n_keep. A multi-sequence batch (Model.eval_sessions) calls it per session."""
-        if self._mode == "none" and self.n_past + m > self.n_ctx:
+        """Evict (as eval does) until m new tokens fit in the cache at once; when they do not fit
+        as it is, m must be at most ctx_size - n_keep. A multi-sequence batch (Model.eval_sessions)
+        calls it per session."""
+        if self.n_past + m <= self.n_ctx:
+            return
+        if self._mode == "none":
             raise ValueError(
                 f"context full: {self.n_past} tokens in the cache + {m} new > ctx_size {self.n_ctx}")
-        if self._mode != "none" and m > self.n_ctx - self._n_keep:
+        if m > self.n_ctx - self._n_keep:
             raise ValueError(f"{m} tokens cannot fit at once in a cache of {self.n_ctx} with "
                              f"{self._n_keep} pinned (n_keep)")
         while self.n_past + m > self.n_ctx:

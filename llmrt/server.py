@@ -174,6 +174,26 @@ def _usage(req) -> dict:
 
 # ---- the app ------------------------------------------------------------------------------------
 
+def _check_unicode(body: dict):
+    """JSON may escape an unpaired UTF-16 surrogate ("\\ud800"), which json.loads keeps in the
+    str: not Unicode text, so no tokenizer can take it. A 400 naming the field, as for invalid
+    UTF-8 bytes. (Iterative: the nesting depth is json.loads's to bound.)"""
+    todo = [("body", body)]
+    while todo:
+        where, v = todo.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise APIError(400, f"{where} has an unpaired UTF-16 surrogate (\\u{ord(v[e.start]):04x} "
+                                    f"at character {e.start}): not valid Unicode") from None
+        elif isinstance(v, dict):
+            todo.extend((f"{where}.{k}" if where != "body" else str(k), x) for k, x in v.items())
+            todo.extend((f"{where}: a key", k) for k in v)
+        elif isinstance(v, list):
+            todo.extend((f"{where}[{i}]", x) for i, x in enumerate(v))
+
+
 def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None):
     """The FastAPI app over `engine` (llmrt.engine.Engine). template: a llmrt.chat.ChatTemplate
@@ -290,6 +310,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                                 f"column {e.colno}") from None
         if not isinstance(body, dict):
             raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+        _check_unicode(body)
         return body
 
     def submit(ids: list, kw: dict, conversation: Optional[str], loop, aq: asyncio.Queue):

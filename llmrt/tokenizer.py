@@ -704,6 +704,13 @@ class Tokenizer:
         Gemma's "<table>" are always recognised, as in llama.cpp)."""
         if not isinstance(text, str):
             raise TypeError(f"[tokenizer.encode] text must be str, got {type(text).__name__}")
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:     # a lone surrogate: neither engine takes it
+                raise ValueError(f"[tokenizer.encode] text has an unpaired UTF-16 surrogate "
+                                 f"(\\u{ord(text[e.start]):04x} at character {e.start}): not valid "
+                                 f"Unicode") from None
         out = []
         if add_special and self.add_bos:
             out.append(self.bos_id)

@@ -140,6 +140,12 @@ def test_eval_sessions_errors(gguf_path):
         m.eval_sessions([a, b], [[1], [10 ** 6]])
     with pytest.raises(ValueError, match="cannot fit at once"):
         m.eval_sessions([a, b], [[1] * 17, [2]])
+    # no eviction needed: the ids fit as they are, whatever n_keep leaves free for an eviction
+    pinned = m.new_session(ctx_size=16, n_keep=15)
+    m.eval_sessions([pinned, b], [[1] * 10, [2]])
+    assert pinned.n_past == 10 and pinned.n_shifts == 0
+    pinned.reset()
+    b.reset()
     full = m.new_session(ctx_size=4, kv_mode="none")
     full.eval([1, 2, 3, 4])
     with pytest.raises(ValueError, match="context full"):

@@ -272,6 +272,32 @@ def test_chunk_that_needs_an_eviction_is_prefilled_alone(tiny):
     assert b.ids == want
 
 
+def test_a_request_pinning_all_but_one_cell_hurts_no_other(tiny):
+    """A request with n_keep = ctx_size - 1 (one free cell: an eviction per token), its prompt
+    prefilled in chunks beside a running stream: every chunk fits its cache as it is and runs in
+    the decode steps' graph runs (it once failed there, and the failure ended every stream of the
+    step); both answers are their solo ones; the next request that reuses the slot's prefix runs
+    with the engine's n_keep and n_discard, not the last request's."""
+    p_a, p_b = _ids(5, 6), _ids(20, 12)
+    ref_a = _solo(tiny, p_a, 30, ctx_size=32, n_keep=4, n_discard=8)
+    ref_b = _solo(tiny, p_b, 20, ctx_size=32, n_keep=31)
+    with Engine(tiny, n_parallel=2, ctx_size=32, n_keep=4, n_discard=8, prefill_chunk=8) as eng:
+        a = eng.submit(p_a, max_tokens=30, temperature=0, ignore_eos=True)
+        while not a.ids:
+            time.sleep(0.01)
+        st0 = eng.stats()
+        b = eng.submit(p_b, max_tokens=20, temperature=0, ignore_eos=True, n_keep=31)
+        b.wait(WAIT)
+        a.wait(WAIT)
+        assert (a.finish_reason, b.finish_reason) == ("length", "length")
+        assert eng.stats()["prefill_chunks_with_decode"] - st0["prefill_chunks_with_decode"] >= 1
+        assert a.ids == ref_a and b.ids == ref_b
+        slot = eng.slots[b.slot]
+        c = eng.submit(list(slot.history) + [3], max_tokens=1, temperature=0, ignore_eos=True).wait(WAIT)
+        assert c.slot == b.slot and c.usage.cached_tokens == len(p_b) + 19   # the conversation goes on
+        assert (slot.session.n_keep, slot.session.n_discard) == (4, 8)
+
+
 def test_prefill_chunk_auto_follows_the_step_times(tiny):
     """prefill_chunk=None: about _PREFILL_SHARE decode steps' worth of prompt tokens by the
     measured averages, at least _PREFILL_MIN, at most n_batch (2 x _PREFILL_MIN before any

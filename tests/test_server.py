@@ -317,6 +317,9 @@ BAD = [
     (json.dumps({"messages": MSG, "n": 2}).encode(), 400, "'n'"),
     (json.dumps({"messages": MSG, "seed": True}).encode(), 400, "seed"),
     (json.dumps({"messages": MSG, "logprobs": True}).encode(), 400, "logprobs"),
+    # valid JSON, not Unicode: an unpaired surrogate escape (no tokenizer can take it)
+    (b'{"messages": [{"role": "user", "content": "\\ud800 hi"}]}', 400,
+     "messages[0].content has an unpaired UTF-16 surrogate"),
 ]
 
 
@@ -333,9 +336,12 @@ def test_bad_chat_requests(server, body, status, needle):
     ({"prompt": ""}, "empty"), ({"prompt": 5}, "prompt"), ({"prompt": [1, -1]}, "out of range"),
     ({"prompt": [10 ** 9]}, "out of range"), ({"prompt": ["a", "b"]}, "one prompt"),
     ({"prompt": "x", "presence_penalty": 3}, "presence_penalty"), ({}, "prompt"),
+    ({"prompt": "\ud800 lone"}, "prompt has an unpaired UTF-16 surrogate"),
+    ({"prompt": "x", "stop": ["\udc00"]}, "stop[0] has an unpaired UTF-16 surrogate"),
 ])
 def test_bad_completion_requests(server, body, needle):
-    r = httpx.post(server.url + "/v1/completions", json=body, timeout=TIMEOUT)
+    r = httpx.post(server.url + "/v1/completions", content=json.dumps(body).encode(), timeout=TIMEOUT,
+                   headers={"content-type": "application/json"})   # (json.dumps escapes a surrogate)
     assert r.status_code == 400 and needle in r.json()["error"]["message"]
 
 

@@ -140,6 +140,14 @@ def test_round_trip_random(real):
         assert tok.decode(tok.encode(t, add_special=False)) == expected_round_trip(tok, t), repr(t)
 
 
+def test_unpaired_surrogate_is_a_clear_error(real):
+    """A str with a lone UTF-16 surrogate (json.loads makes one from "\\ud800") is not Unicode
+    text: a ValueError naming it, not the tokenizers / sentencepiece TypeError it once was."""
+    tok, _ = real
+    with pytest.raises(ValueError, match=r"unpaired UTF-16 surrogate \(\\ud800 at character 3\)"):
+        tok.encode("abc\ud800def")
+
+
 def test_parse_special(real):
     tok, _ = real
     turn = ("<|im_start|>", "<|im_end|>") if tok.vocab_type == "bpe" else ("<start_of_turn>", "<end_of_turn>")
