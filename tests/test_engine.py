@@ -279,19 +279,19 @@ def test_a_request_pinning_all_but_one_cell_hurts_no_other(tiny):
     step); both answers are their solo ones; the next request that reuses the slot's prefix runs
     with the engine's n_keep and n_discard, not the last request's."""
     p_a, p_b = _ids(5, 6), _ids(20, 12)
-    ref_a = _solo(tiny, p_a, 30, ctx_size=32, n_keep=4, n_discard=8)
-    ref_b = _solo(tiny, p_b, 20, ctx_size=32, n_keep=31)
     with Engine(tiny, n_parallel=2, ctx_size=32, n_keep=4, n_discard=8, prefill_chunk=8) as eng:
-        a = eng.submit(p_a, max_tokens=30, temperature=0, ignore_eos=True)
+        a = eng.submit(p_a, max_tokens=-1, temperature=0, ignore_eos=True)   # endless
         while not a.ids:
             time.sleep(0.01)
         st0 = eng.stats()
-        b = eng.submit(p_b, max_tokens=20, temperature=0, ignore_eos=True, n_keep=31)
-        b.wait(WAIT)
+        b = eng.submit(p_b, max_tokens=20, temperature=0, ignore_eos=True, n_keep=31).wait(WAIT)
+        st1 = eng.stats()
+        a.cancel()
         a.wait(WAIT)
-        assert (a.finish_reason, b.finish_reason) == ("length", "length")
-        assert eng.stats()["prefill_chunks_with_decode"] - st0["prefill_chunks_with_decode"] >= 1
-        assert a.ids == ref_a and b.ids == ref_b
+        assert (a.finish_reason, b.finish_reason) == ("cancelled", "length")
+        assert st1["prefill_chunks_with_decode"] - st0["prefill_chunks_with_decode"] == 3   # 8 + 8 + 4
+        assert b.ids == _solo(tiny, p_b, 20, ctx_size=32, n_keep=31)
+        assert a.ids == _solo(tiny, p_a, len(a.ids), ctx_size=32, n_keep=4, n_discard=8)
         slot = eng.slots[b.slot]
         c = eng.submit(list(slot.history) + [3], max_tokens=1, temperature=0, ignore_eos=True).wait(WAIT)
         assert c.slot == b.slot and c.usage.cached_tokens == len(p_b) + 19   # the conversation goes on
