@@ -228,6 +228,27 @@ def auto_keep(tokenizer, template: ChatTemplate, system: str | None, ids: Sequen
 
 # ---- conversation ------------------------------------------------------------------------------
 
+def _chat_state_ok(c: dict, n_vocab: int) -> bool:
+    """The chat fields of a session file (ChatSession.save's) of their types."""
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+    def ids(v):
+        return v is None or (isinstance(v, list) and all(is_int(i) and 0 <= i < n_vocab for i in v))
+    need = ("template", "system", "messages", "max_new_tokens", "stop", "n_keep", "ignore_eos", "hist",
+            "n_past_after")
+    return (all(k in c for k in need) and isinstance(c["template"], str)
+            and isinstance(c.get("template_name", ""), str)
+            and (c.get("system") is None or isinstance(c["system"], str))
+            and isinstance(c.get("messages"), list)
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                    for m in c["messages"])
+            and (c.get("max_new_tokens") is None or is_int(c["max_new_tokens"]))
+            and isinstance(c.get("stop"), list) and all(isinstance(x, str) for x in c["stop"])
+            and (c.get("n_keep") == "auto" or is_int(c.get("n_keep")))
+            and isinstance(c.get("ignore_eos"), bool) and ids(c.get("hist"))
+            and (c.get("n_past_after") is None or is_int(c["n_past_after"])))
+
+
 class ChatSession:
     """A conversation with a model: messages plus the KV cache that holds them.
 
@@ -363,13 +384,18 @@ class ChatSession:
         c = saved.extra.get("chat")
         if saved.header.get("kind") != "chat" or not isinstance(c, dict):
             raise SessionFileError(f"{path}: a {saved.header.get('kind')} state, not a chat")
-        template = ChatTemplate(c["template"], bos_token=_token_text(model.tokenizer, model.tokenizer.bos_id),
-                                eos_token=_token_text(model.tokenizer, model.tokenizer.eos_id),
-                                name=c.get("template_name", "saved"))
-        cs = cls(model, system=c["system"], template=template, session=saved.session,
-                 max_new_tokens=c["max_new_tokens"], stop=c["stop"], n_keep=c["n_keep"],
-                 ignore_eos=c["ignore_eos"], sampler=saved.sampler)
-        cs.messages = list(c["messages"])
+        if not _chat_state_ok(c, model.n_vocab):
+            raise SessionFileError(f"{path}: damaged session file header (the chat's state)")
+        try:
+            template = ChatTemplate(c["template"], bos_token=_token_text(model.tokenizer, model.tokenizer.bos_id),
+                                    eos_token=_token_text(model.tokenizer, model.tokenizer.eos_id),
+                                    name=c.get("template_name", "saved"))
+            cs = cls(model, system=c["system"], template=template, session=saved.session,
+                     max_new_tokens=c["max_new_tokens"], stop=c["stop"], n_keep=c["n_keep"],
+                     ignore_eos=c["ignore_eos"], sampler=saved.sampler)
+        except ValueError as e:         # a template that does not compile, a bad setting
+            raise SessionFileError(f"{path}: {e}") from None
+        cs.messages = [dict(m) for m in c["messages"]]
         cs._hist = c["hist"]
         cs._n_past_after = c["n_past_after"]
         return cs

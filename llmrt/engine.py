@@ -379,6 +379,10 @@ class Engine:
             info = saved.extra.get("slot")
             if saved.header.get("kind") != "slot" or not isinstance(info, dict):
                 raise SessionFileError(f"{path}: a {saved.header.get('kind')} state, not a server slot")
+            hist = info.get("history")
+            if (not isinstance(hist, list) or not all(type(t) is int and 0 <= t < self.model.n_vocab for t in hist)
+                    or not (info.get("conversation") is None or isinstance(info["conversation"], str))):
+                raise SessionFileError(f"{path}: damaged session file header (the slot's history)")
             load_into(path, s.session)
             s.history = [int(t) for t in info["history"]]
             s.conversation = info.get("conversation")

@@ -15,7 +15,7 @@ The chain runs in llama.cpp's order (common/sampling.cpp, src/llama-sampler.cpp)
 - top_p: softmax over the candidates, sort descending, keep the shortest prefix whose cumulative
   probability reaches p (the token that crosses p is kept). p >= 1: off.
 - min_p: keep candidates with p_i >= min_p * p_max, i.e. logit >= max_logit + log(min_p).
-  min_p <= 0: off.
+  min_p <= 0: off; min_p > 1 keeps the argmax alone, as min_p = 1 (llama.cpp keeps min_keep = 1).
 - temperature: logits / T. T <= 0 is greedy: the argmax of the penalized logits (top_k, top_p
   and min_p always keep the argmax, so they cannot change it).
 - dist: softmax over what is left and one draw from a seeded numpy Generator.
@@ -163,7 +163,7 @@ def min_p_filter(ids: np.ndarray, lg: np.ndarray, min_p: float):
     """Keep candidates whose probability is at least min_p times the largest one."""
     if min_p <= 0.0 or ids.shape[0] <= 1:
         return ids, lg
-    keep = lg >= np.max(lg) + np.float32(np.log(min_p))
+    keep = lg >= np.max(lg) + np.float32(np.log(min(min_p, 1.0)))   # > 1: the argmax alone, as 1
     return ids[keep], lg[keep]
 
 
@@ -179,7 +179,7 @@ def top_p_min_p_filter(ids: np.ndarray, lg: np.ndarray, top_p: float, min_p: flo
     e = np.exp(lg - mx)
     z = float(e.sum(dtype=np.float64))
     if min_p > 0.0:
-        keep = lg >= mx + np.float32(np.log(min_p))
+        keep = lg >= mx + np.float32(np.log(min(min_p, 1.0)))
         ids, lg, e = ids[keep], lg[keep], e[keep]
     sel = _top_p_cut(e, z, top_p)
     return ids[sel], lg[sel]

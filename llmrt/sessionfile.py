@@ -15,8 +15,9 @@ and what the front end adds (a chat's messages and template).
 Format (version 1): b"LLMRTSES", u32 version, u64 header length, a UTF-8 JSON header, then the
 blobs the header lists (name, bytes, sha256). The header names the model by a fingerprint of its
 architecture, hyperparameters, tensor table and the first bytes of three tensors. Loading checks
-the magic, the version, the JSON, the model, every blob's length and checksum and the cache
-image's shapes before anything is changed: a foreign, truncated or damaged file, or one of
+the magic, the version, the JSON, every header field's type and range (the header has no
+checksum), the model, every blob's length and checksum and the cache image's shapes before
+anything is allocated or changed: a foreign, truncated or damaged file, or one of
 another model, is a SessionFileError (a ValueError) and the running session stays as it was.
 Writes go to a temporary file in the same directory, are flushed to disk and renamed over the
 real name: a crash never leaves half a file under it.
@@ -70,16 +71,19 @@ def sampler_state(sampler) -> Optional[dict]:
     return {"params": params, "rng": sampler.rng.bit_generator.state}
 
 
-def restore_sampler(state: Optional[dict]):
+def restore_sampler(state: Optional[dict], path=""):
     """A Sampler with the saved parameters and random state (None if none was saved)."""
     if state is None:
         return None
     from llmrt.sampling import Sampler
-    s = Sampler(**state["params"])
+    try:
+        s = Sampler(**state["params"])
+    except (TypeError, ValueError, OverflowError) as e:
+        raise SessionFileError(f"{path}: the sampler's parameters cannot be restored: {e}") from None
     try:
         s.rng.bit_generator.state = state["rng"]
-    except (TypeError, ValueError, KeyError) as e:
-        raise SessionFileError(f"the sampler's random state cannot be restored: {e}") from None
+    except (TypeError, ValueError, KeyError, OverflowError) as e:
+        raise SessionFileError(f"{path}: the sampler's random state cannot be restored: {e}") from None
     return s
 
 
@@ -145,11 +149,10 @@ def read_session_file(path, model) -> SavedSession:
         raise SessionFileError(f"{path}: truncated session file (header)")
     try:
         header = json.loads(raw[_HEAD.size:_HEAD.size + n_head].decode("utf-8"))
-        blobs_meta = header["blobs"]
-        sess = header["session"]
-        mdl = header["model"]
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise SessionFileError(f"{path}: damaged session file header ({e})") from None
+    _check_header(header, path, model.n_vocab)
+    blobs_meta, sess, mdl = header["blobs"], header["session"], header["model"]
     fp = model_fingerprint(model)
     if mdl.get("fingerprint") != fp:
         raise SessionFileError(f"{path}: saved with another model ({mdl.get('file')}, {mdl.get('arch')}), "
@@ -169,6 +172,10 @@ def read_session_file(path, model) -> SavedSession:
         raise SessionFileError(f"{path}: {len(raw) - at} bytes after the last blob: damaged file")
     if "kv" not in blobs:
         raise SessionFileError(f"{path}: no cache image in the session file")
+    if len(blobs["kv"]) < 12 or struct.unpack_from("<3i", blobs["kv"]) != (_KV_MAGIC, model.hparams.n_layer,
+                                                                            sess["n_ctx"]):
+        raise SessionFileError(f"{path}: the cache image is not one of {model.hparams.n_layer} layers x "
+                               f"{sess['n_ctx']} cells (the header's): damaged file")
     if sess.get("kv_dtype") != model.kv_dtype:
         raise SessionFileError(f"{path}: saved with a {sess.get('kv_dtype')} KV cache, this model runs "
                                f"{model.kv_dtype} (kv_dtype)")
@@ -179,6 +186,53 @@ def read_session_file(path, model) -> SavedSession:
             raise SessionFileError(f"{path}: saved logits of {lg.size} entries, the model has {model.n_vocab}")
         out.last_logits = lg.astype(np.float32)
     return out
+
+
+_KV_MAGIC = 0x31564B4C               # csrc/kv_cache.c's STATE_MAGIC: a cache image starts with it,
+                                     # n_layer and n_ctx (int32 each)
+_SAMPLER_PARAMS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
+                   "frequency_penalty", "presence_penalty", "seed")
+_INT_MAX = 2**31 - 1
+
+
+def _is_int(v, lo=None, hi=None) -> bool:
+    return (isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo)
+            and (hi is None or v <= hi))
+
+
+def _check_header(h, path, n_vocab: int) -> None:
+    """Every header field the loaders read, of its type and range (the header is JSON without a
+    checksum: a hand edit or a damaged byte can still parse), so that loading fails with a
+    SessionFileError before anything is allocated or changed."""
+    def need(ok, what):
+        if not ok:
+            raise SessionFileError(f"{path}: damaged session file header ({what})")
+    need(isinstance(h, dict), "not a JSON object")
+    need(isinstance(h.get("kind"), str), "kind")
+    need(isinstance(h.get("model"), dict) and isinstance(h["model"].get("fingerprint"), str), "model")
+    s = h.get("session")
+    need(isinstance(s, dict), "session")
+    need(_is_int(s.get("n_ctx"), 1, _INT_MAX), "session.n_ctx")
+    need(isinstance(s.get("kv_dtype"), str), "session.kv_dtype")
+    need(s.get("kv_mode") in ("shift", "recompute", "window", "none"), "session.kv_mode")
+    for k in ("n_keep", "n_discard"):
+        need(_is_int(s.get(k), -1, _INT_MAX), f"session.{k}")
+    for k in ("n_evicted", "n_shifts"):
+        need(_is_int(s.get(k, 0), 0), f"session.{k}")
+    t = s.get("tokens")
+    need(isinstance(t, list) and len(t) <= s["n_ctx"] and all(_is_int(i, 0, n_vocab - 1) for i in t),
+         f"session.tokens: at most n_ctx ids of the vocabulary of {n_vocab}")
+    b = h.get("blobs")
+    need(isinstance(b, list) and all(isinstance(x, dict) and isinstance(x.get("name"), str)
+                                     and _is_int(x.get("bytes"), 0) and isinstance(x.get("sha256"), str)
+                                     for x in b), "blobs")
+    sp = h.get("sampler")
+    need(sp is None or (isinstance(sp, dict) and isinstance(sp.get("params"), dict)
+                        and set(sp["params"]) <= set(_SAMPLER_PARAMS)
+                        and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                                for v in sp["params"].values())
+                        and isinstance(sp.get("rng"), dict)), "sampler")
+    need(isinstance(h.get("extra", {}), dict), "extra")
 
 
 def _apply(saved: SavedSession, session, path) -> None:
@@ -217,17 +271,22 @@ def load_session(path, model) -> SavedSession:
     """A new Session of `model` restored from `path` (plus the saved sampler and extras)."""
     saved = read_session_file(path, model)
     s = saved.header["session"]
-    session = model.new_session(s["n_ctx"], n_keep=0, n_discard=-1, kv_mode=s["kv_mode"])
+    sampler = restore_sampler(saved.header.get("sampler"), path)
+    try:
+        session = model.new_session(s["n_ctx"], n_keep=0, n_discard=-1, kv_mode=s["kv_mode"])
+    except MemoryError:
+        raise SessionFileError(f"{path}: a cache of {s['n_ctx']} cells does not fit in memory") from None
     _apply(saved, session, path)
     saved.session = session
-    saved.sampler = restore_sampler(saved.header.get("sampler"))
+    saved.sampler = sampler
     return saved
 
 
 def load_into(path, session) -> SavedSession:
     """Restore `path` into an existing Session (same n_ctx and kv_mode): all or nothing."""
     saved = read_session_file(path, session.model)
+    sampler = restore_sampler(saved.header.get("sampler"), path)
     _apply(saved, session, path)
     saved.session = session
-    saved.sampler = restore_sampler(saved.header.get("sampler"))
+    saved.sampler = sampler
     return saved

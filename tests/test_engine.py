@@ -298,6 +298,27 @@ def test_a_request_pinning_all_but_one_cell_hurts_no_other(tiny):
         assert (slot.session.n_keep, slot.session.n_discard) == (4, 8)
 
 
+def test_restore_slot_refuses_a_damaged_history(tiny, tmp_path):
+    """A slot file whose header's history is not ids of the vocabulary is a SessionFileError
+    before the slot changes (it was read after the cache had been restored)."""
+    from test_sessions import _rewrite_header
+    from llmrt.sessionfile import SessionFileError
+    with Engine(tiny, n_parallel=1, ctx_size=32) as eng:
+        eng.submit(_ids(6, 3), max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)
+        eng.save_slot(0, tmp_path / "s.bin")
+        hist, state = list(eng.slots[0].history), eng.slots[0].session.cache.state()
+        eng.erase_slot(0)
+        bad = tmp_path / "bad.bin"
+        for h_bad in ([10 ** 9], "abc", [1.5]):
+            bad.write_bytes(_rewrite_header((tmp_path / "s.bin").read_bytes(),
+                                            lambda h: h["extra"]["slot"].__setitem__("history", h_bad)))
+            with pytest.raises(SessionFileError, match="the slot's history"):
+                eng.restore_slot(0, bad)
+            assert eng.slots[0].history == [] and eng.slots[0].session.n_past == 0
+        assert eng.restore_slot(0, tmp_path / "s.bin")["n_restored"] == len(hist)
+        assert eng.slots[0].history == hist and eng.slots[0].session.cache.state() == state
+
+
 def test_prefill_chunk_auto_follows_the_step_times(tiny):
     """prefill_chunk=None: about _PREFILL_SHARE decode steps' worth of prompt tokens by the
     measured averages, at least _PREFILL_MIN, at most n_batch (2 x _PREFILL_MIN before any

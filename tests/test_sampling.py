@@ -125,6 +125,17 @@ def test_min_p_matches_reference(rng, p):
     assert set(ids.tolist()) == ref_min_p(x, range(N_VOCAB), p)
 
 
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_min_p_above_one_keeps_the_argmax(rng, top_p):
+    """min_p > 1 wants p_i > p_max: nothing; llama.cpp keeps min_keep = 1 candidate, the argmax
+    (the filter once returned nothing and the draw raised an IndexError)."""
+    x = _logits(rng)
+    for min_p in (1.0, 1.5, 2.0 ** 40):
+        ids, _ = top_p_min_p_filter(np.arange(N_VOCAB), x, top_p, min_p)
+        assert ids.tolist() == [int(np.argmax(x))]
+    assert Sampler(temperature=0.7, top_p=top_p, min_p=1.5, seed=1).sample(x, []) == int(np.argmax(x))
+
+
 @pytest.mark.parametrize("top_p, min_p", [(0.95, 0.05), (0.5, 0.0), (1.0, 0.1), (0.99, 0.001),
                                           (0.2, 0.5)])
 @pytest.mark.parametrize("scale", [0.3, 3.0], ids=["flat", "normal"])

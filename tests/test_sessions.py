@@ -199,6 +199,66 @@ def test_bad_files_are_clear_errors_and_change_nothing(paths, tmp_path):
     np.testing.assert_array_equal(s.eval([3]), ref.eval([3]))
 
 
+def _rewrite_header(raw: bytes, edit) -> bytes:
+    """A session file with its JSON header changed by edit(header) (blobs and checksums kept)."""
+    import json
+    import struct
+    magic, version, n = struct.unpack_from("<8sIQ", raw)
+    h = json.loads(raw[20:20 + n])
+    edit(h)
+    head = json.dumps(h).encode()
+    return struct.pack("<8sIQ", magic, version, len(head)) + head + raw[20 + n:]
+
+
+def _set(*path_value):
+    *path, value = path_value
+    def edit(h):
+        for k in path[:-1]:
+            h = h[k]
+        h[path[-1]] = value
+    return edit
+
+
+# The header is JSON without a checksum: fields of the wrong type or range once came out as
+# KeyError, TypeError, OverflowError (n_ctx past a C int), a MemoryError, or a damaged chat that
+# failed at its next turn. Each is now a SessionFileError before anything is allocated or changed.
+BAD_HEADERS = [
+    (_set("session", "n_ctx", 2 ** 40), "session.n_ctx"),
+    (_set("session", "n_ctx", 128), r"not one of \d+ layers x 128 cells"),   # the image holds 64
+    (_set("session", "n_ctx", "64"), "session.n_ctx"),
+    (_set("session", "kv_mode", "teleport"), "session.kv_mode"),
+    (_set("session", "tokens", "abc"), "session.tokens"),
+    (_set("session", "tokens", [10 ** 9]), "session.tokens"),
+    (_set("session", "n_keep", None), "session.n_keep"),
+    (_set("blobs", 0, "bytes", "many"), "blobs"),
+    (lambda h: h["blobs"][0].pop("name"), "blobs"),
+    (_set("model", []), "model"),
+    (_set("sampler", "params", "temperature", "hot"), "sampler"),
+    (_set("sampler", "params", "repeat_penalty", 0), "sampler's parameters"),
+    (_set("sampler", "rng", "state", "state", -1), "random state"),
+    (_set("extra", "chat", "messages", [{"role": "user", "content": 5}]), "the chat's state"),
+    (_set("extra", "chat", "template", "{% if %}"), "chat template"),
+    (_set("extra", "chat", "hist", [-1]), "the chat's state"),
+    (lambda h: h["extra"]["chat"].pop("system"), "the chat's state"),
+    (_set("extra", []), "extra"),
+]
+
+
+@pytest.mark.parametrize("edit,msg", BAD_HEADERS)
+def test_damaged_header_fields_are_clear_errors(paths, tmp_path, edit, msg):
+    m = Model(paths["llama"], n_threads=2)
+    cs = ChatSession(m, ctx_size=64, max_new_tokens=4, temperature=0.7, seed=1, ignore_eos=True)
+    cs.send("hello")
+    good = tmp_path / "good.llmrt"
+    cs.save(good)
+    bad = tmp_path / "bad.llmrt"
+    bad.write_bytes(_rewrite_header(good.read_bytes(), edit))
+    with pytest.raises(SessionFileError, match=msg):
+        ChatSession.load(bad, m)
+    bad.write_bytes(_rewrite_header(good.read_bytes(), lambda h: None))   # the helper itself: loads
+    assert ChatSession.load(bad, m).messages == cs.messages
+
+
 def test_writes_are_atomic(paths, tmp_path, monkeypatch):
     m = Model(paths["llama"], n_threads=2)
     s = m.new_session(ctx_size=32)
