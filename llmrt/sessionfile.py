@@ -214,7 +214,8 @@ def _check_header(h, path, n_vocab: int) -> None:
     need(isinstance(s, dict), "session")
     need(_is_int(s.get("n_ctx"), 1, _INT_MAX), "session.n_ctx")
     need(isinstance(s.get("kv_dtype"), str), "session.kv_dtype")
-    need(s.get("kv_mode") in ("shift", "recompute", "window", "none"), "session.kv_mode")
+    from llmrt.model import KV_MODES
+    need(s.get("kv_mode") in KV_MODES, "session.kv_mode")
     for k in ("n_keep", "n_discard"):
         need(_is_int(s.get(k), -1, _INT_MAX), f"session.{k}")
     for k in ("n_evicted", "n_shifts"):
