@@ -308,6 +308,8 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         except json.JSONDecodeError as e:
             raise APIError(400, f"the request body is not valid JSON: {e.msg} at line {e.lineno} "
                                 f"column {e.colno}") from None
+        except RecursionError:          # json.loads recurses per nesting level
+            raise APIError(400, "the request body is nested too deeply") from None
         if not isinstance(body, dict):
             raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
         _check_unicode(body)

@@ -301,6 +301,7 @@ BAD = [
     (b"{not json", 400, "not valid JSON"),
     (b"\xff\xfe{}", 400, "UTF-8"),
     (b"[1, 2]", 400, "JSON object"),
+    (b'{"messages": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, "nested too deeply"),
     (json.dumps({"messages": "hi"}).encode(), 400, "messages"),
     (json.dumps({"messages": []}).encode(), 400, "messages"),
     (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400, "role"),
