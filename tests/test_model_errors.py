@@ -45,16 +45,9 @@ def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n
             continue
         if name == bad_shape:
             shape = shape[:-1] + (shape[-1] * 2,)
-        a = (rng.standard_normal(shape) * 0.1).astype(np.float32)
-        if name in (types or {}):
-            _add_typed(w, name, a, types[name])
-        else:
-            w.add_tensor(name, a)
+        _add_typed(w, name, (rng.standard_normal(shape) * 0.1).astype(np.float32), (types or {}).get(name))
     for name, a in (extra or {}).items():
-        if name in (types or {}):
-            _add_typed(w, name, a, types[name])
-        else:
-            w.add_tensor(name, a)
+        _add_typed(w, name, a, (types or {}).get(name))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -63,12 +56,14 @@ def _write(path, arch="llama", drop=(), bad_shape=None, n_vocab=32, n_embd=16, n
 
 
 def _add_typed(w, name, a, qt):
-    """Tensor a (float32, numpy order) stored as type qt: quantized by gguf.quants, integers
-    as themselves, Q8_1 (which gguf.quants cannot make) as zero blocks: 40 bytes each, the size
-    gguf-py's table has (ggml's block_q8_1 is 36: llmrt reads the tensor as 36-byte blocks, fewer
-    bytes than were written)."""
+    """Tensor a (numpy order) as it is (qt None), or (float32) stored as type qt: quantized by
+    gguf.quants, integers as themselves, Q8_1 (which gguf.quants cannot make) as zero blocks: 40
+    bytes each, the size gguf-py's table has (ggml's block_q8_1 is 36: llmrt reads the tensor as
+    36-byte blocks, fewer bytes than were written)."""
     T = gguf.GGMLQuantizationType
-    if qt in (T.I8, T.I16, T.I32):
+    if qt is None:
+        w.add_tensor(name, a)
+    elif qt in (T.I8, T.I16, T.I32):
         w.add_tensor(name, a.astype({T.I8: np.int8, T.I16: np.int16, T.I32: np.int32}[qt]), raw_dtype=qt)
     elif qt == T.Q8_1:          # 32 elements: f16 d, f16 s, 32 int8
         w.add_tensor(name, np.zeros(a.shape[:-1] + (a.shape[-1] // 32 * 40,), np.uint8), raw_dtype=qt)
