@@ -230,10 +230,7 @@ def auto_keep(tokenizer, template: ChatTemplate, system: str | None, ids: Sequen
 
 def _chat_state_ok(c: dict, n_vocab: int) -> bool:
     """The chat fields of a session file (ChatSession.save's) of their types."""
-    def is_int(v):
-        return isinstance(v, int) and not isinstance(v, bool)
-    def ids(v):
-        return v is None or (isinstance(v, list) and all(is_int(i) and 0 <= i < n_vocab for i in v))
+    from llmrt.sessionfile import is_ids, is_int
     need = ("template", "system", "messages", "max_new_tokens", "stop", "n_keep", "ignore_eos", "hist",
             "n_past_after")
     return (all(k in c for k in need) and isinstance(c["template"], str)
@@ -245,7 +242,7 @@ def _chat_state_ok(c: dict, n_vocab: int) -> bool:
             and (c.get("max_new_tokens") is None or is_int(c["max_new_tokens"]))
             and isinstance(c.get("stop"), list) and all(isinstance(x, str) for x in c["stop"])
             and (c.get("n_keep") == "auto" or is_int(c.get("n_keep")))
-            and isinstance(c.get("ignore_eos"), bool) and ids(c.get("hist"))
+            and isinstance(c.get("ignore_eos"), bool) and (c["hist"] is None or is_ids(c["hist"], n_vocab))
             and (c.get("n_past_after") is None or is_int(c["n_past_after"])))
 
 

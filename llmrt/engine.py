@@ -371,7 +371,7 @@ class Engine:
     def restore_slot(self, i: int, path) -> dict:
         """Restore idle slot i from a file save_slot wrote (the same model, ctx_size, kv_mode).
         A bad file is a SessionFileError (a ValueError) and the slot keeps what it had."""
-        from llmrt.sessionfile import SessionFileError, load_into, read_session_file
+        from llmrt.sessionfile import SessionFileError, is_ids, load_into, read_session_file
         t0 = time.perf_counter()
         with self._cv:
             s = self._idle_slot(i)
@@ -379,8 +379,7 @@ class Engine:
             info = saved.extra.get("slot")
             if saved.header.get("kind") != "slot" or not isinstance(info, dict):
                 raise SessionFileError(f"{path}: a {saved.header.get('kind')} state, not a server slot")
-            hist = info.get("history")
-            if (not isinstance(hist, list) or not all(type(t) is int and 0 <= t < self.model.n_vocab for t in hist)
+            if (not is_ids(info.get("history"), self.model.n_vocab)
                     or not (info.get("conversation") is None or isinstance(info["conversation"], str))):
                 raise SessionFileError(f"{path}: damaged session file header (the slot's history)")
             load_into(path, s.session)

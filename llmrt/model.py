@@ -14,6 +14,7 @@ import os
 from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from llmrt import _core
 from llmrt.errors import ModelFormatError
@@ -56,7 +57,7 @@ def _as_id_list(ids) -> List[int]:
     return [int(i) for i in ids]
 
 
-_NOT_WEIGHT_TYPES = frozenset((24, 25, 26, 27, 28))   # I8, I16, I32, I64, F64
+_NOT_WEIGHT_TYPES = frozenset(int(GGMLQuantizationType[n]) for n in ("I8", "I16", "I32", "I64", "F64"))
 
 
 class _Weights:
@@ -74,25 +75,24 @@ class _Weights:
         h = self.handles.get(name)
         if h is None:
             r = self.replaced.get(name)
-            if r is not None:
-                h = self.handles[name] = self.g.weight(r[0], r[1], r[2])
-                h.name = name
-                return h
-            t = self.f.tensors.get(name)
-            if t is None:
-                raise ModelFormatError(f"{self.f.path}: missing tensor {name}")
-            if t.type in _NOT_WEIGHT_TYPES:
-                raise ModelFormatError(f"{self.f.path}: tensor {name} has type {t.type_name}: no op "
-                                       f"takes integer or F64 weights")
-            if self.advise:
-                self.f.advise_willneed(t)   # read ahead: weights read from the map at run time
-            try:
-                h = self.g.weight(t.data, t.type, tuple(t.shape))
-            except ValueError as e:
-                raise ModelFormatError(f"{self.f.path}: tensor {name}: {e}") from None
+            h = self.g.weight(r[0], r[1], r[2]) if r is not None else self._file_weight(name)
             h.name = name               # op errors name the tensor (Tensor.described)
             self.handles[name] = h
         return h
+
+    def _file_weight(self, name):
+        t = self.f.tensors.get(name)
+        if t is None:
+            raise ModelFormatError(f"{self.f.path}: missing tensor {name}")
+        if t.type in _NOT_WEIGHT_TYPES:
+            raise ModelFormatError(f"{self.f.path}: tensor {name} has type {t.type_name}: no op "
+                                   f"takes integer or F64 weights")
+        if self.advise:
+            self.f.advise_willneed(t)   # read ahead: weights read from the map at run time
+        try:
+            return self.g.weight(t.data, t.type, tuple(t.shape))
+        except ValueError as e:
+            raise ModelFormatError(f"{self.f.path}: tensor {name}: {e}") from None
 
 
 KV_MODES = ("shift", "recompute", "window", "none")

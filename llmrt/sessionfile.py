@@ -195,9 +195,16 @@ _SAMPLER_PARAMS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "
 _INT_MAX = 2**31 - 1
 
 
-def _is_int(v, lo=None, hi=None) -> bool:
+def is_int(v, lo=None, hi=None) -> bool:
+    """v is a JSON integer (not a bool) within [lo, hi]."""
     return (isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo)
             and (hi is None or v <= hi))
+
+
+def is_ids(v, n_vocab: int) -> bool:
+    """v is a list of token ids of a vocabulary of n_vocab (a header's tokens, a chat's or a
+    slot's history)."""
+    return isinstance(v, list) and all(is_int(i, 0, n_vocab - 1) for i in v)
 
 
 def _check_header(h, path, n_vocab: int) -> None:
@@ -212,20 +219,20 @@ def _check_header(h, path, n_vocab: int) -> None:
     need(isinstance(h.get("model"), dict) and isinstance(h["model"].get("fingerprint"), str), "model")
     s = h.get("session")
     need(isinstance(s, dict), "session")
-    need(_is_int(s.get("n_ctx"), 1, _INT_MAX), "session.n_ctx")
+    need(is_int(s.get("n_ctx"), 1, _INT_MAX), "session.n_ctx")
     need(isinstance(s.get("kv_dtype"), str), "session.kv_dtype")
     from llmrt.model import KV_MODES
     need(s.get("kv_mode") in KV_MODES, "session.kv_mode")
     for k in ("n_keep", "n_discard"):
-        need(_is_int(s.get(k), -1, _INT_MAX), f"session.{k}")
+        need(is_int(s.get(k), -1, _INT_MAX), f"session.{k}")
     for k in ("n_evicted", "n_shifts"):
-        need(_is_int(s.get(k, 0), 0), f"session.{k}")
+        need(is_int(s.get(k, 0), 0), f"session.{k}")
     t = s.get("tokens")
-    need(isinstance(t, list) and len(t) <= s["n_ctx"] and all(_is_int(i, 0, n_vocab - 1) for i in t),
+    need(is_ids(t, n_vocab) and len(t) <= s["n_ctx"],
          f"session.tokens: at most n_ctx ids of the vocabulary of {n_vocab}")
     b = h.get("blobs")
     need(isinstance(b, list) and all(isinstance(x, dict) and isinstance(x.get("name"), str)
-                                     and _is_int(x.get("bytes"), 0) and isinstance(x.get("sha256"), str)
+                                     and is_int(x.get("bytes"), 0) and isinstance(x.get("sha256"), str)
                                      for x in b), "blobs")
     sp = h.get("sampler")
     need(sp is None or (isinstance(sp, dict) and isinstance(sp.get("params"), dict)
