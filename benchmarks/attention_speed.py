@@ -7,11 +7,13 @@ least noisy estimate. Run from the repository root:
 
     python benchmarks/attention_speed.py --threads 2 --repeat 3
 
-With --op, times the attention node alone (a graph of one attention over a 1024-cell f16 cache,
-random q/k/v) at the real models' shapes: milliseconds for the 512-token prefill and for one
-decode step after it (its n_kv is 768 cells: 513 used).
+With --op, times the attention node alone (a graph of one attention over an f16 cache of
+max(1024, prompt + 256) cells, random q/k/v) at the real models' shapes and the llama-shaped
+synthetic models' (benchmarks/make_models.py: 12 query heads, 4 KV heads of 128): milliseconds
+for the --prompt-token prefill and for one decode step after it (after 512: n_kv 768 cells, 513
+used).
 
-    python benchmarks/attention_speed.py --op --threads 2 --repeat 5
+    python benchmarks/attention_speed.py --op --threads 2 --repeat 5 [--prompt 2048]
 """
 import argparse
 import os
@@ -32,13 +34,15 @@ OP_SHAPES = {
     "SmolLM2-135M": (9, 3, 64, 0),
     "Gemma 3 270M local": (4, 1, 256, 512),
     "Gemma 3 270M global": (4, 1, 256, 0),
+    "synthetic llama (0.4b-3b)": (12, 4, 128, 0),
 }
 
 
 def op_bench(a):
     import llmrt._core as core
     rng = np.random.default_rng(0)
-    n_ctx, n = 1024, a.prompt
+    n = a.prompt
+    n_ctx = max(1024, n + 256)
     print(f"| attention shape | pp{n} ms | decode step ms (after pp{n}) |")
     print("| --- | --- | --- |")
     for name, (nh, nkv, hd, n_swa) in OP_SHAPES.items():

@@ -37,6 +37,10 @@ CASES = {
     # chunk's 8 heads (8 + 2)
     "gqa6-hd64-swa40": (12, 2, 64, 40, 0.0, 70, 4),
     "gqa10-hd32": (10, 1, 32, 0, 0.0, 50, 4),
+    # head size 128 (the llama-shaped models): the scores' ends of 8 cells at once for groups of up
+    # to 3 query heads (attn_avx2.c), here groups of 3 and 2
+    "gqa3-hd128": (12, 4, 128, 0, 0.0, 75, 5),
+    "gqa2-hd128-swa60": (4, 2, 128, 60, 0.0, 100, 4),
 }
 
 
@@ -137,13 +141,13 @@ def test_attention_matches_reference(rng, isa_level, case, dtype):
 
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
 @pytest.mark.parametrize("case", ["mha-hd64", "gqa3-hd64-swa20", "gqa4-hd256-swa70", "gqa4-hd80-softcap",
-                                  "gqa6-hd64-swa40", "gqa10-hd32"])
+                                  "gqa6-hd64-swa40", "gqa10-hd32", "gqa3-hd128", "gqa2-hd128-swa60"])
 def test_attention_batch_equals_decode_bit_for_bit(rng, case, dtype):
     """While every run walks the same padded n_kv (256), a token's output cannot depend on how the
     tokens were batched, nor on the thread count: the fast path must keep each float operation.
     With an f16 cache the batched runs take the tiled prefill path (token blocks of 32 // group,
     attn_dots over V transposed; chunks of at least 8 rows) and the one-token runs the per-token
-    path, so the two are compared bit for bit (GQA ratios 1, 3, 4, 6, 10)."""
+    path, so the two are compared bit for bit (GQA ratios 1, 2, 3, 4, 6, 10)."""
     nh, nkv, hd, n_swa, softcap, n_pre, n_dec = CASES[case]
     seed = int(rng.integers(1 << 30))
     n_tot = n_pre + n_dec

@@ -31,6 +31,9 @@
  */
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h> /* SSE2: part of x86-64 itself, so no target pragma */
+#endif
 
 #include "ops/ops.h"
 
@@ -157,15 +160,71 @@ static void visible_mask(const int32_t *cpos, int64_t n_valid, int64_t n_kv, int
  * and exp(s - max) is the same for both. */
 static float max_f32(const float *x, int64_t n) {
     float m[8];
-    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
     int64_t i = 0;
+#if defined(__x86_64__) /* _mm_max_ps(a, b) is a > b ? a : b, lane by lane: the chains below, 4 per vector */
+    __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0;
+    for (; i + 8 <= n; i += 8) {
+        m0 = _mm_max_ps(_mm_loadu_ps(x + i), m0);
+        m1 = _mm_max_ps(_mm_loadu_ps(x + i + 4), m1);
+    }
+    _mm_storeu_ps(m, m0);
+    _mm_storeu_ps(m + 4, m1);
+#else
+    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
     for (; i + 8 <= n; i += 8) {
         for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
     }
+#endif
     for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
     float max = m[0];
     for (int k = 1; k < 8; k++) max = m[k] > max ? m[k] : max;
     return max;
+}
+
+/* vt[d * ldt + cell] = V[cell][d] (row cell of V at vbase + cell * ldv) for the cells [c0, c1) and
+ * d < hd_v; 0 for the cells from n_valid on (unused: their p is 0, but they may hold anything).
+ * Blocks of 8 cells x 8 values go through an SSE2 8 x 8 transpose of 16-bit words (8 loads, 24
+ * unpacks, 8 stores: the one-value-at-a-time loop stored to a new line of vt per value); pure data
+ * movement, the same bits. */
+static void transpose_v(llmrt_fp16_t *vt, int64_t ldt, const llmrt_fp16_t *vbase, int64_t ldv, int64_t hd_v,
+                        int64_t c0, int64_t c1, int64_t n_valid) {
+    int64_t cell = c0;
+#if defined(__x86_64__)
+    const int64_t hd8 = hd_v & ~(int64_t)7;
+    for (; cell + 8 <= c1 && cell + 8 <= n_valid; cell += 8) {
+        const llmrt_fp16_t *v = vbase + cell * ldv;
+        for (int64_t d = 0; d < hd8; d += 8) {
+            __m128i r[8], t[8], u[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm_loadu_si128((const __m128i *)(v + i * ldv + d));
+            for (int i = 0; i < 8; i += 2) { /* t[i] / t[i + 1]: words 0..3 / 4..7 of cells i, i + 1 interleaved */
+                t[i] = _mm_unpacklo_epi16(r[i], r[i + 1]);
+                t[i + 1] = _mm_unpackhi_epi16(r[i], r[i + 1]);
+            }
+            for (int h = 0; h < 2; h++) { /* u[4h + k]: words 4h + 2(k / 2), + 1 of cells 0..3 (k even) / 4..7 */
+                u[4 * h + 0] = _mm_unpacklo_epi32(t[h], t[h + 2]);
+                u[4 * h + 1] = _mm_unpacklo_epi32(t[h + 4], t[h + 6]);
+                u[4 * h + 2] = _mm_unpackhi_epi32(t[h], t[h + 2]);
+                u[4 * h + 3] = _mm_unpackhi_epi32(t[h + 4], t[h + 6]);
+            }
+            for (int q = 0; q < 4; q++) { /* u[2q], u[2q + 1]: words 2q, 2q + 1 of cells 0..3, 4..7 */
+                _mm_storeu_si128((__m128i *)(vt + (d + 2 * q) * ldt + cell), _mm_unpacklo_epi64(u[2 * q], u[2 * q + 1]));
+                _mm_storeu_si128((__m128i *)(vt + (d + 2 * q + 1) * ldt + cell), _mm_unpackhi_epi64(u[2 * q], u[2 * q + 1]));
+            }
+        }
+        for (int64_t d = hd8; d < hd_v; d++) {
+            for (int i = 0; i < 8; i++) vt[d * ldt + cell + i] = v[i * ldv + d];
+        }
+    }
+#endif
+    for (; cell < c1; cell++) {
+        llmrt_fp16_t *col = vt + cell;
+        if (cell < n_valid) {
+            const llmrt_fp16_t *row = vbase + cell * ldv;
+            for (int64_t d = 0; d < hd_v; d++) col[d * ldt] = row[d];
+        } else {
+            for (int64_t d = 0; d < hd_v; d++) col[d * ldt] = 0;
+        }
+    }
 }
 
 /* A prefill over an f16 cache, tiled over tokens (kt->attn_dots): the same float operations as the
@@ -293,18 +352,8 @@ static void attention_tiled(const llmrt_compute_params *p, llmrt_tensor *dst, ll
 
         /* vt on [A, B): keep what it holds when the ranges touch, transpose the rest */
         if (vt_kh != kh || B < vt_lo || A > vt_hi) vt_kh = kh, vt_lo = vt_hi = A;
-        for (int64_t part = 0; part < 2; part++) {
-            const int64_t c0 = part == 0 ? A : vt_hi, c1 = part == 0 ? vt_lo : B;
-            for (int64_t cell = c0; cell < c1; cell++) {
-                llmrt_fp16_t *col = vt + cell;
-                if (cell < n_valid) {
-                    const llmrt_fp16_t *row = vbase + cell * ldv;
-                    for (int64_t d = 0; d < hd_v; d++) col[d * n_kv] = row[d];
-                } else { /* unused: zero (their p is 0, but the cells may hold anything) */
-                    for (int64_t d = 0; d < hd_v; d++) col[d * n_kv] = 0;
-                }
-            }
-        }
+        transpose_v(vt, n_kv, vbase, ldv, hd_v, A, vt_lo, n_valid);
+        transpose_v(vt, n_kv, vbase, ldv, hd_v, vt_hi, B, n_valid);
         vt_lo = A < vt_lo ? A : vt_lo;
         vt_hi = B > vt_hi ? B : vt_hi;
 

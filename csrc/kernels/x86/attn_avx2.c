@@ -225,7 +225,10 @@ static ALWAYS_INLINE void qk_f16_rows(int HD, int NQ, float *s, int64_t lds, con
                                       const float *qf, int64_t ldq, int c0, int c1) {
     const int np = HD & ~31;
     int64_t c = c0;
-    if (np == HD && HD <= 64) { /* short dots, no tail: the ends of 8 at once (qk_f16_end8) */
+    /* no tail: the ends of 8 cells at once (qk_f16_end8) where the 8 cells' sums fit (head size 64,
+     * or 128 for up to 3 rows; 4 rows or head size 256 spilled them and ran slower,
+     * benchmarks/README.md, "Long prompts") */
+    if (np == HD && (HD <= 64 || (HD <= 128 && NQ <= 3))) {
         for (; c + 8 <= c1; c += 8) {
             __m256 r[4][8]; /* (a0 + a2) + (a1 + a3) of row j, cell c + e */
             for (int e = 0; e < 8; e++) {
