@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from llmrt.generation import (GenerationResult, _common_prefix, _prefill_from, decode,
-                              make_sampler)
+                              make_sampler, stop_strings)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 BUILTIN_TEMPLATES = ("chatml", "gemma", "llama2", "llama3")
@@ -136,6 +136,9 @@ class ChatTemplate:
                                      add_generation_prompt=add_generation_prompt, **kw)
         except TemplateError as e:
             raise ValueError(f"[chat template] {self.name}: {e}") from None
+        except (ArithmeticError, LookupError, TypeError, AttributeError, ValueError, RecursionError) as e:
+            # an error of the template's own code (a division by zero, a missing key, ...)
+            raise ValueError(f"[chat template] {self.name} failed: {type(e).__name__}: {e}") from None
 
     @classmethod
     def for_model(cls, model, override: str | None = None) -> "ChatTemplate":
@@ -265,6 +268,11 @@ class ChatSession:
                  kv_mode: str | None = None, ignore_eos: bool = False, **sampling):
         if getattr(model, "tokenizer", None) is None:
             raise ValueError("[chat] this model has no tokenizer (GGUF without a vocabulary)")
+        if system is not None and not isinstance(system, str):
+            raise TypeError(f"[chat] system must be a str (or None), got {type(system).__name__}")
+        if template is not None and not isinstance(template, (str, ChatTemplate)):
+            raise TypeError(f"[chat] template must be a str, a ChatTemplate or None, got {type(template).__name__}")
+        stop = stop_strings(stop)
         self.model = model
         self.tokenizer = model.tokenizer
         self.template = (template if isinstance(template, ChatTemplate)

@@ -21,6 +21,12 @@ def friendly_errors(fn):
         except (ModelFormatError, FileNotFoundError, ValueError, OSError) as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
+        except MemoryError as e:            # e.g. a context or thread count the machine cannot hold
+            click.echo(f"error: out of memory: {e}" if str(e) else "error: out of memory", err=True)
+            sys.exit(1)
+        except OverflowError as e:
+            click.echo(f"error: a value is too large: {e}", err=True)
+            sys.exit(1)
     return wrapper
 
 
@@ -121,7 +127,7 @@ def info(model):
 # Sampling flags follow llama.cpp's names and defaults. The model is a GGUF path or a known name
 # (llmrt.hub: smollm2-135m-instruct, the default, and gemma3-270m, fetched from PyPI once).
 
-_THREADS_OPTION = click.option("-t", "--threads", type=int, default=None,
+_THREADS_OPTION = click.option("-t", "--threads", type=click.IntRange(0, 1024), default=None,
                               help="Threads (default: the number of physical cores).")
 
 _SAMPLING_OPTIONS = [
@@ -321,10 +327,13 @@ def chat(model, system, n_predict, chat_template, ignore_eos, session_path, n_ke
     interactive = sys.stdin.isatty()
     m = _load_model(model, threads, ctx_size, wq)
     keep = _parse_keep(n_keep, "auto")
+    if session_path is not None:
+        _check_writable(session_path)   # before the conversation, not when it is saved at exit
     if session_path is not None and os.path.exists(session_path):
         cs = ChatSession.load(session_path, m)      # a bad file: one error line, nothing lost
         _log(f"session: loaded {session_path} ({len(cs.messages)} messages, "
              f"{cs.session.n_past} tokens cached)")
+        _apply_given_options(cs, n_predict=n_predict, ignore_eos=ignore_eos, sampling=sampling)
     else:
         cs = ChatSession(m, system=system, template=chat_template, max_new_tokens=n_predict,
                          n_keep=keep, n_discard=n_discard,
@@ -343,6 +352,48 @@ def chat(model, system, n_predict, chat_template, ignore_eos, session_path, n_ke
         if session_path is not None:
             n = cs.save(session_path)
             _log(f"session: saved {session_path} ({n / 1e6:.1f} MB)")
+
+
+def _check_writable(path):
+    """A file path that can be written (its directory exists and is writable, the path is not
+    a directory or a device): ValueError naming it otherwise."""
+    from llmrt.atomic import target_path
+
+    real = target_path(path)
+    d = os.path.dirname(real)
+    if not os.path.isdir(d):
+        raise ValueError(f"{path}: no such directory {d}")
+    if not os.access(d, os.W_OK):
+        raise ValueError(f"{path}: the directory {d} is not writable")
+
+
+def _apply_given_options(cs, *, n_predict, ignore_eos, sampling):
+    """A loaded chat session keeps its conversation; the options given on this command line for
+    the answers to come apply to them (as llama.cpp's with --prompt-cache): -n, --ignore-eos and
+    the sampling flags. Those that shape the conversation itself (-s, --chat-template, -c,
+    --n-keep, --n-discard, --kv-mode) cannot change: a warning names the ones given."""
+    from click.core import ParameterSource
+
+    from llmrt.generation import make_sampler
+
+    ctx = click.get_current_context()
+    given = {p for p in ctx.params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE}
+    if "n_predict" in given:
+        cs.max_new_tokens = n_predict
+    if "ignore_eos" in given:
+        cs.ignore_eos = ignore_eos
+    if given & set(sampling):
+        cs.sampler = make_sampler(**sampling)
+    sess = cs.session
+    kept = {"system": cs.system, "ctx_size": sess.n_ctx, "n_discard": getattr(sess, "n_discard", None),
+            "kv_mode": getattr(sess, "kv_mode", None), "n_keep": cs.n_keep}
+    fixed = sorted(p for p in given & {"system", "chat_template", "ctx_size", "n_keep", "n_discard", "kv_mode"}
+                   if p == "chat_template" or str(ctx.params[p]) != str(kept[p]))
+    if fixed:
+        names = {"system": "-s", "chat_template": "--chat-template", "ctx_size": "-c", "n_keep": "--n-keep",
+                 "n_discard": "--n-discard", "kv_mode": "--kv-mode"}
+        _log(f"warning: {', '.join(names[p] for p in fixed)} ignored: the loaded session keeps its "
+             "conversation's (start a new session file to change them)")
 
 
 def _chat_loop(cs, m, streamer, interactive):
@@ -603,27 +654,43 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, profile, threa
 @click.argument("input_path", metavar="IN.gguf")
 @click.argument("output_path", metavar="OUT.gguf")
 @click.argument("qtype", metavar="TYPE", type=click.Choice(
-    ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"],
-    case_sensitive=False))
-@_THREADS_OPTION
+    ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+     "q3_k_m", "q4_k_m", "q5_k_m"], case_sensitive=False))
+@click.option("-t", "--threads", type=click.IntRange(0, 1024), default=None,
+              help="Threads (default: the number of physical cores).")
 @friendly_errors
 def quantize(input_path, output_path, qtype, threads):
     """Quantize IN.gguf (F32/F16/BF16) to TYPE and write OUT.gguf, choosing each tensor's type
-    as llama-quantize does (the output tensor Q6_K, norms F32, q4_k = Q4_K_M, ...)."""
+    as llama-quantize does (the output tensor Q6_K, norms F32, q4_k = Q4_K_M, ...; llama.cpp's
+    names q3_k_m, q4_k_m, q5_k_m are the same as q3_k, q4_k, q5_k). SIGINT, SIGTERM or SIGHUP
+    stop it leaving OUT as it was (no partial file)."""
+    import signal
+
     from llmrt.model import physical_core_count
     from llmrt.quantize import quantize_file
 
     if not os.path.isfile(input_path):
-        raise FileNotFoundError(f"no such file: {input_path}")
-    r = quantize_file(input_path, output_path, qtype, n_threads=threads or physical_core_count())
+        raise FileNotFoundError(f"no such file: {input_path}" if not os.path.isdir(input_path)
+                                else f"{input_path} is a directory, not a GGUF file")
+
+    def stop(signum, frame):   # unwinds through the temporary file's cleanup, exit 128 + signum
+        raise SystemExit(128 + signum)
+
+    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        r = quantize_file(input_path, output_path, qtype, n_threads=threads or physical_core_count())
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
     _log(r.summary())
 
 
 @main.command()
 @click.argument("model", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=8080, show_default=True, help="Port to listen on.")
-@click.option("-np", "--parallel", type=int, default=4, show_default=True,
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Port to listen on.")
+@click.option("-np", "--parallel", type=click.IntRange(1, 1024), default=4, show_default=True,
               help="Slots: conversations decoded together, each with its own streaming cache.")
 @click.option("-c", "--ctx-size", type=int, default=None,
               help="Cells of each slot's streaming cache (default: the model's context).")

@@ -58,7 +58,7 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from llmrt.generation import _common_prefix, _Release, make_sampler
+from llmrt.generation import _common_prefix, _Release, make_sampler, stop_strings
 from llmrt.model import N_BATCH
 
 log = logging.getLogger("llmrt")
@@ -107,7 +107,9 @@ class Request:
     piece; raises RuntimeError if the request failed), or wait() for the end. cancel() stops it
     (its slot is freed within one engine step). on_event, if set before the engine sees the
     request, is called from the engine thread as on_event(kind, payload) for kind "text"
-    (payload: a str) and "done" (payload: None) instead of queueing them for iteration."""
+    (payload: a str) and "done" (payload: None) instead of queueing them for iteration; if it
+    raises, the error is logged, the callback is not called again and the request is cancelled
+    (the engine and the other requests go on)."""
 
     _ids = itertools.count(1)
 
@@ -176,10 +178,17 @@ class Request:
         if kind == "text" and not payload:
             return
         cb = self.on_event
-        if cb is not None:
-            cb(kind, payload)
-        else:
+        if cb is None:
             self._events.put((kind, payload))
+            return
+        try:
+            cb(kind, payload)
+        except Exception:
+            # the consumer is gone (e.g. a closed connection): this request stops within one
+            # step; the engine thread and the other requests go on
+            log.exception("llmrt: request %d: on_event(%r) raised; the request is cancelled", self.id, kind)
+            self.on_event = None
+            self._cancel.set()
 
 
 class _Slot:
@@ -212,6 +221,36 @@ class _Slot:
         self.shifts0 = self.session.n_shifts
 
 
+def _mem_available() -> Optional[int]:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _check_kv_memory(model, n_parallel: int, ctx_size: Optional[int]):
+    """ValueError before anything is allocated when n_parallel slots' caches cannot fit in the
+    memory available (their K and V cells alone, a lower bound): a typo such as --parallel 100000
+    is an error, not a server that swaps until it is killed."""
+    hp = getattr(model, "hparams", None)
+    avail = _mem_available()
+    if hp is None or avail is None or not hasattr(hp, "kv_shapes"):
+        return
+    esize = 2 if getattr(model, "kv_dtype", "f16") == "f16" else 4
+    per_cell = sum(nkv * (hk + hv) * esize for nkv, hk, hv in hp.kv_shapes())
+    n_ctx = int(ctx_size) if ctx_size else int(model.n_ctx)
+    need = n_parallel * n_ctx * per_cell
+    if need > avail:
+        raise ValueError(f"{n_parallel} slots of {n_ctx} cells need at least {need / 2**30:.1f} GiB of KV "
+                         f"cache, more than the {avail / 2**30:.1f} GiB of memory available: fewer slots "
+                         f"(--parallel) or a smaller context (--ctx-size)")
+
+
 class Engine:
     """Continuous batching over n_parallel slots (see the module doc).
 
@@ -235,6 +274,7 @@ class Engine:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
         if not queue_timeout > 0:
             raise ValueError(f"queue_timeout must be > 0, got {queue_timeout}")
+        _check_kv_memory(model, int(n_parallel), ctx_size)
         self.model = model
         self.tokenizer = model.tokenizer
         self.n_batch = int(n_batch)
@@ -277,6 +317,8 @@ class Engine:
         tokens if its cache starts afresh (default: the engine's). on_event: see Request."""
         if self._closing:
             raise RuntimeError("the engine is closed")
+        if on_event is not None and not callable(on_event):
+            raise TypeError(f"on_event must be callable (or None), got {type(on_event).__name__}")
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("this model has no tokenizer: pass token ids")
@@ -284,11 +326,7 @@ class Engine:
         else:
             ids = prompt
         ids = self.model._check_ids(list(ids) if not isinstance(ids, np.ndarray) else ids).tolist()
-        if isinstance(stop, str):
-            stop = [stop]
-        stop = [s for s in stop]
-        if not all(isinstance(s, str) for s in stop):
-            raise ValueError("stop must be a string or a list of strings")
+        stop = stop_strings(stop)
         if max_tokens is None:
             max_tokens = self.n_predict
         max_tokens = int(max_tokens)

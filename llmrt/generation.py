@@ -33,6 +33,7 @@ End-of-generation ids (tokenizer.eog_ids) stop generation unless `ignore_eos`; t
 from __future__ import annotations
 
 import codecs
+import logging
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -43,6 +44,8 @@ from llmrt.streamers import make_detokenizer
 
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
                   "seed", "frequency_penalty", "presence_penalty")
+
+log = logging.getLogger("llmrt")
 
 
 @dataclass
@@ -58,6 +61,22 @@ class GenerationResult:
     n_eval: int = 0
 
 
+def stop_strings(stop) -> list:
+    """`stop` as a list of strings: None or () -> [], one str -> [it] (never its characters), an
+    iterable of non-empty-or-empty str -> its list. TypeError naming the bad element otherwise."""
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, (bytes, bytearray)) or not hasattr(stop, "__iter__"):
+        raise TypeError(f"stop must be a str or a list of str, got {type(stop).__name__}")
+    out = list(stop)
+    for i, s in enumerate(out):
+        if not isinstance(s, str):
+            raise TypeError(f"stop must be a str or a list of str: element {i} is {type(s).__name__}")
+    return out
+
+
 def make_sampler(sampler: Sampler | None = None, do_sample: bool | None = None,
                  **params) -> Sampler:
     """A Sampler from keyword parameters (llama.cpp names; HF's do_sample=False is greedy)."""
@@ -69,7 +88,7 @@ def make_sampler(sampler: Sampler | None = None, do_sample: bool | None = None,
             raise TypeError("pass either `sampler` or sampling parameters, not both")
         return sampler
     params = {k: v for k, v in params.items() if v is not None or k == "seed"}
-    if do_sample is False:
+    if do_sample is not None and not do_sample:     # False, 0: greedy
         params["temperature"] = 0.0
     return Sampler(**params)
 
@@ -235,6 +254,12 @@ def decode(session, logits: np.ndarray, tokenizer, sampler: Sampler, prev_ids: l
                 break
             if len(res.ids) == limit:
                 break               # the last id need not be evaluated
+            if getattr(session, "kv_mode", None) == "none" and session.n_past >= session.n_ctx:
+                # nothing is evicted and the cache is full: stop here, keep what was generated
+                # (llama.cpp's context limit, finish "length")
+                log.info("llmrt: context full (%d tokens, kv_mode none): generation stopped",
+                         session.n_ctx)
+                break
             logits = session.eval([tok])
             res.n_eval += 1
     except KeyboardInterrupt:
@@ -261,13 +286,17 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
     sampling: temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed,
     frequency_penalty, presence_penalty (see Sampler), or a ready `sampler`. The session's cached
     prefix is reused. Pass a GenerationResult as `result` to get the text and finish reason."""
-    if isinstance(stop, str):
-        stop = [stop]
-    sampler = make_sampler(sampler, do_sample, **sampling)
-    prompt_ids = [int(i) for i in prompt_ids]
-    logits = prefill(session, prompt_ids)
-    if streamer is not None:
-        streamer.put(np.asarray(prompt_ids, dtype=np.int64))
+    try:
+        stop = stop_strings(stop)
+        sampler = make_sampler(sampler, do_sample, **sampling)
+        prompt_ids = [int(i) for i in prompt_ids]
+        logits = prefill(session, prompt_ids)
+        if streamer is not None:
+            streamer.put(np.asarray(prompt_ids, dtype=np.int64))
+    except BaseException:
+        if streamer is not None:    # decode() ends it from here on; a consumer never waits forever
+            streamer.end()
+        raise
     res = decode(session, logits, tokenizer, sampler, list(prompt_ids), streamer=streamer,
                  max_new_tokens=max_new_tokens, stop=stop, ignore_eos=ignore_eos, result=result)
     return prompt_ids + res.ids

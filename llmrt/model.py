@@ -9,8 +9,10 @@ streaming cache (n_keep sinks, n_discard eviction, shift-RoPE; see Session), so 
 chat run past ctx_size in constant memory. `Model.generate` and the chat front end run on sessions. Graphs are built lazily, once per
 (batch bucket, all-logits?) pair, and re-run for every batch that fits the bucket.
 """
+import functools
 import logging
 import os
+import threading
 from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
@@ -48,13 +50,74 @@ def physical_core_count() -> int:
     return max(1, len(cores))
 
 
+MAX_THREADS = 1024           # thread pool size limit (more is a typo, not a machine)
+MAX_CTX = 1 << 24           # cells of one cache: positions are C ints (far past any model's context)
+
+
+def _int_arg(name: str, v, lo: int, hi: int) -> int:
+    """v as an int in [lo, hi]: TypeError for a float, a bool, a str ...; ValueError outside."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
+    return int(v)
+
+
+def _exclusive(method):
+    """A Session method that no other thread may run on the same Session at the same time: a
+    Session is one sequence (its cache and tokens change together); a second thread gets a clear
+    RuntimeError instead of a cache that no longer matches its tokens."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this Session is in use by another thread: a Session is one sequence, give "
+                               "each thread its own (Model.new_session; Model.generate makes one per call)")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._busy.release()
+    return wrapper
+
+
+def _id_ndarray(ids: np.ndarray) -> np.ndarray:
+    """A numpy array of token ids as one 1-D integer sequence (a batch of one, shape (1, n), is
+    accepted); ValueError for another shape, TypeError for a non-integer dtype."""
+    arr = ids[0] if ids.ndim == 2 and ids.shape[0] == 1 else ids
+    if arr.ndim != 1:
+        raise ValueError(f"token ids must be one sequence (1-D), got an array of shape {ids.shape}")
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"token ids must be integers, got an array of {arr.dtype}")
+    return arr
+
+
 def _as_id_list(ids) -> List[int]:
-    """Token ids from a list, a numpy array or a torch-like tensor (a batch of one is accepted)."""
+    """Token ids from a list, a tuple, a numpy array or a torch-like tensor (a batch of one,
+    [[...]] or shape (1, n), is accepted). TypeError for text, bytes, unordered collections
+    (a set, a dict), floats and nested sequences of more than one row."""
+    if isinstance(ids, (str, bytes, bytearray)):
+        raise TypeError(f"token ids must be a sequence of ints, got {type(ids).__name__} "
+                        "(pass text as a str prompt where one is accepted)")
+    if isinstance(ids, (set, frozenset, dict)):
+        raise TypeError(f"token ids must be an ordered sequence of ints, got {type(ids).__name__}")
+    if isinstance(ids, np.ndarray):
+        return _id_ndarray(ids).tolist()
     if hasattr(ids, "tolist") and not isinstance(ids, list):
         ids = ids.tolist()
+    if not isinstance(ids, (list, tuple)):
+        try:
+            ids = list(ids)
+        except TypeError:
+            raise TypeError(f"token ids must be a sequence of ints, got {type(ids).__name__}") from None
     if len(ids) == 1 and isinstance(ids[0], (list, tuple)):
         ids = ids[0]
-    return [int(i) for i in ids]
+    out = []
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            what = "a nested sequence (one sequence of ids is evaluated at a time)" \
+                if isinstance(i, (list, tuple, np.ndarray)) else f"{i!r} ({type(i).__name__})"
+            raise TypeError(f"token ids must be ints, got {what}")
+        out.append(int(i))
+    return out
 
 
 _NOT_WEIGHT_TYPES = frozenset(int(GGMLQuantizationType[n]) for n in ("I8", "I16", "I32", "I64", "F64"))
@@ -123,9 +186,8 @@ class Session:
     def __init__(self, model: "Model", ctx_size: Optional[int] = None, n_keep: int = 4,
                  n_discard: int = -1, kv_mode: str = "shift"):
         self.model = model
-        self.n_ctx = int(ctx_size or model.n_ctx)
-        if self.n_ctx < 1:
-            raise ValueError(f"ctx_size must be >= 1, got {self.n_ctx}")
+        self.n_ctx = model.n_ctx if ctx_size is None else _int_arg("ctx_size", ctx_size, 1, MAX_CTX)
+        self._busy = threading.RLock()        # see _exclusive
         if kv_mode not in KV_MODES:
             raise ValueError(f"kv_mode must be one of {', '.join(KV_MODES)}, got {kv_mode!r}")
         self.kv_mode = kv_mode
@@ -203,12 +265,16 @@ class Session:
     def n_past(self) -> int:
         return len(self.tokens)
 
+    @_exclusive
     def reset(self):
         self.cache.clear()
         self.tokens = []
 
+    @_exclusive
     def truncate(self, n: int):
         """Keep the first n tokens (and their cache cells)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"truncate: n must be an integer, got {n!r}")
         if not 0 <= n <= len(self.tokens):
             raise ValueError(f"cannot truncate a session of {len(self.tokens)} tokens to {n}")
         self.cache.truncate(n)
@@ -216,6 +282,7 @@ class Session:
 
     # ---- saving ----------------------------------------------------------------------------
 
+    @_exclusive
     def save(self, path, sampler=None, last_logits=None) -> int:
         """Save this session (tokens, the cache's cells as they lie, settings, counters; and a
         generation's sampler and last logits if given) to `path`, atomically; returns the bytes
@@ -270,6 +337,7 @@ class Session:
         log.debug("llmrt: kv cache %s: evicted %d tokens after %d sinks (%d evictions, %d tokens in all)",
                   self._mode, d, k, self.n_shifts, self.n_evicted)
 
+    @_exclusive
     def make_room(self, m: int):
         """Evict (as eval does) until m new tokens fit in the cache at once; when they do not fit
         as it is, m must be at most ctx_size - n_keep. A multi-sequence batch (Model.eval_sessions)
@@ -285,6 +353,7 @@ class Session:
         while self.n_past + m > self.n_ctx:
             self._evict()
 
+    @_exclusive
     def eval(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
         """Append `ids` to the cache, evicting as needed (see the class doc). Returns the logits
         of the last id ([n_vocab]), or of every id ([len(ids), n_vocab]) with all_logits."""
@@ -351,6 +420,9 @@ class Model:
             from llmrt import wquant
             self.wq = wquant.make_config(weight_dtype, group_size, scheme, compute_dtype, rounding,
                                          quantize_output)
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(f"the model path must be a str or os.PathLike, got {type(path).__name__}")
+        path = os.fsdecode(os.fspath(path))
         if not os.path.isfile(path):
             from llmrt import hub
             path = hub.resolve_model(path)
@@ -369,24 +441,28 @@ class Model:
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype must be 'f16' or 'f32', got {kv_dtype!r}")
         self.kv_dtype = kv_dtype
-        if ctx_size is None or int(ctx_size) < 1:
-            raise ValueError(f"ctx_size must be >= 1, got {ctx_size}")
-        self.n_ctx = int(ctx_size)
+        if ctx_size is None:
+            raise ValueError("ctx_size must be >= 1, got None")
+        self.n_ctx = _int_arg("ctx_size", ctx_size, 1, MAX_CTX)
         if self.n_ctx > self.hparams.n_ctx_train:
             log.warning("ctx_size %d exceeds the model's training context %d",
                         self.n_ctx, self.hparams.n_ctx_train)
-        self.n_threads = int(n_threads) if n_threads else physical_core_count()
-        if self.n_threads < 1:
-            raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+        # None (or 0, as the CLI's -t 0): the physical cores
+        self.n_threads = (physical_core_count() if n_threads is None or (type(n_threads) is int and n_threads == 0)
+                          else _int_arg("n_threads", n_threads, 1, MAX_THREADS))
         self._graphs = {}
         # mul_mat weights repacked at load for the gemm kernels (gemm.h), shared by every batch
         # bucket's graph; LLMRT_PACK=0 keeps them plain (the vec_dot path, for comparisons)
         self._packs = {}
-        self._pack = os.environ.get("LLMRT_PACK", "1") != "0"
+        pack = os.environ.get("LLMRT_PACK", "1").strip().lower()
+        self._pack = pack not in ("0", "no", "false", "off")
+        if pack not in ("0", "no", "false", "off", "1", "yes", "true", "on", ""):
+            log.warning("llmrt: LLMRT_PACK=%r is not 0/1 (no/yes, false/true, off/on): weights are packed", pack)
         # {name: (blocks, type_id, shape)} of the matmul weights quantized at load (else empty)
         self._replaced, self.wq_summary = dict(self._stacked), ""
         if self.wq is not None:
             from llmrt import wquant
+            wquant.require_float_weights(self.gguf)
             imp = None
             if self.wq.weight_dtype == "int4" and self.wq.rounding == "imatrix":
                 from llmrt import imatrix
@@ -476,12 +552,20 @@ class Model:
                 if not 0 <= i < self.n_vocab:
                     raise ValueError(f"token id {i} is out of range for a vocabulary of {self.n_vocab}")
             return np.array(ids, dtype=np.int32)
-        arr = np.asarray(_as_id_list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64).ravel()
+        if isinstance(ids, np.ndarray):
+            arr = _id_ndarray(ids)
+        else:
+            lst = _as_id_list(ids)
+            try:
+                arr = np.asarray(lst, dtype=np.int64)
+            except OverflowError:       # an id past int64: out of range whatever the vocabulary
+                bad = next(i for i in lst if not -2**63 <= i < 2**63)
+                raise ValueError(f"token id {bad} is out of range for a vocabulary of {self.n_vocab}") from None
         if arr.size == 0:
             raise ValueError("no tokens to evaluate")
-        if arr.min() < 0 or arr.max() >= self.n_vocab:
-            bad = int(arr[(arr < 0) | (arr >= self.n_vocab)][0])
-            raise ValueError(f"token id {bad} is out of range for a vocabulary of {self.n_vocab}")
+        bad = (arr >= self.n_vocab) if arr.dtype.kind == "u" else (arr < 0) | (arr >= self.n_vocab)
+        if bad.any():
+            raise ValueError(f"token id {int(arr[bad][0])} is out of range for a vocabulary of {self.n_vocab}")
         return arr.astype(np.int32)
 
     # ---- graphs ----------------------------------------------------------------------------
@@ -536,18 +620,27 @@ class Model:
         for s in sessions:
             if s.model is not self:
                 raise ValueError("eval_sessions: a session of another model")
-        for s, m in zip(sessions, counts):
-            s.make_room(m)
-        if len(sessions) == 1:
-            return sessions[0].eval(arrs[0])[None, :]
-        pos = np.concatenate([np.arange(s.n_past + s.cache.pos_offset, s.n_past + s.cache.pos_offset + m,
-                                        dtype=np.int32) for s, m in zip(sessions, counts)])
-        rows = np.cumsum(counts, dtype=np.int64).astype(np.int32) - 1
-        g = self._graph(total, False, n_out=len(sessions))
-        logits = g.run_seqs(np.concatenate(arrs), pos, rows, [s.cache for s in sessions], counts)
-        for s, a in zip(sessions, arrs):
-            s.tokens.extend(a.tolist())
-        return logits
+        held = []
+        try:
+            for s in sessions:          # every session is this call's until it returns (_exclusive)
+                if not s._busy.acquire(blocking=False):
+                    raise RuntimeError("eval_sessions: a session is in use by another thread")
+                held.append(s)
+            for s, m in zip(sessions, counts):
+                s.make_room(m)
+            if len(sessions) == 1:
+                return sessions[0].eval(arrs[0])[None, :]
+            pos = np.concatenate([np.arange(s.n_past + s.cache.pos_offset, s.n_past + s.cache.pos_offset + m,
+                                            dtype=np.int32) for s, m in zip(sessions, counts)])
+            rows = np.cumsum(counts, dtype=np.int64).astype(np.int32) - 1
+            g = self._graph(total, False, n_out=len(sessions))
+            logits = g.run_seqs(np.concatenate(arrs), pos, rows, [s.cache for s in sessions], counts)
+            for s, a in zip(sessions, arrs):
+                s.tokens.extend(a.tolist())
+            return logits
+        finally:
+            for s in held:
+                s._busy.release()
 
     def __call__(self, ids) -> np.ndarray:
         """Teacher-forced logits of every position, from an empty cache: [len(ids), n_vocab]."""
@@ -560,16 +653,18 @@ class Model:
                  repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: Optional[int] = None,
                  stop: Optional[Iterable[str]] = None, ignore_eos: bool = False,
                  ctx_size: Optional[int] = None, do_sample: Optional[bool] = None,
-                 n_keep: int = 4, n_discard: int = -1, kv_mode: str = "shift",
-                 session: Optional[Session] = None) -> List[int]:
+                 n_keep: Optional[int] = None, n_discard: Optional[int] = None,
+                 kv_mode: Optional[str] = None, session: Optional[Session] = None) -> List[int]:
         """Generate after a prompt (ids, or text encoded with the model's tokenizer). Returns the
         prompt ids followed by the new ids (Hugging Face convention). temperature=0 is greedy.
 
-        Runs on a streaming cache of ctx_size cells (default: the model's n_ctx): n_keep sinks,
-        n_discard evicted per eviction (-1: half), kv_mode shift | recompute | window | none.
+        Runs on a streaming cache of ctx_size cells (default: the model's n_ctx): n_keep sinks
+        (default 4), n_discard evicted per eviction (default -1: half), kv_mode shift (default) |
+        recompute | window | none; these make a new session, so with `session=` they are an
+        error (set them on the session).
         max_new_tokens=-1 (or None) generates until an end-of-generation token, forever with
         ignore_eos=True. `session` (optional) is the Session to run on, to inspect afterwards."""
-        from llmrt.generation import generate
+        from llmrt.generation import generate, stop_strings
 
         if isinstance(ids_or_prompt, str):
             if self.tokenizer is None:
@@ -577,12 +672,21 @@ class Model:
             prompt_ids = self.tokenizer.encode(ids_or_prompt, add_special=True)
         else:
             prompt_ids = _as_id_list(ids_or_prompt)
-        if do_sample is False:
+        if do_sample is not None and not do_sample:     # False, 0: greedy
             temperature = 0.0
-        sess = session if session is not None else self.new_session(
-            ctx_size, n_keep=n_keep, n_discard=n_discard, kv_mode=kv_mode)
+        cache_args = {"ctx_size": ctx_size, "n_keep": n_keep, "n_discard": n_discard, "kv_mode": kv_mode}
+        if session is not None:
+            given = [k for k, v in cache_args.items() if v is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} configure a new session: with session=, set them on "
+                                 "the session (Model.new_session) instead")
+            sess = session
+        else:
+            sess = self.new_session(ctx_size, n_keep=4 if n_keep is None else n_keep,
+                                    n_discard=-1 if n_discard is None else n_discard,
+                                    kv_mode="shift" if kv_mode is None else kv_mode)
         log.info("llmrt: %s", sess.describe())
         return generate(sess, prompt_ids, self.tokenizer, streamer=streamer, max_new_tokens=max_new_tokens,
                         temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
-                        stop=list(stop or []), ignore_eos=ignore_eos)
+                        stop=stop_strings(stop), ignore_eos=ignore_eos)

@@ -43,7 +43,7 @@ from typing import Callable, Dict, Optional, Tuple
 import numpy as np
 
 from llmrt import quants
-from llmrt.atomic import atomic_file
+from llmrt.atomic import atomic_file, target_path
 from llmrt.gguf import GGUFFile
 from llmrt.progress import Progress
 
@@ -57,6 +57,7 @@ QUANT_TYPES = {
     "q5_k": ("Q5_K", 17),  # Q5_K_M
     "q6_k": ("Q6_K", 18),
 }
+_ALIASES = {"q3_k_m": "q3_k", "q4_k_m": "q4_k", "q5_k_m": "q5_k"}   # llama-quantize's names
 FLOAT_TYPES = {0, 1, 30}        # F32, F16, BF16
 _FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 ROWS_PER_TASK = 256
@@ -371,10 +372,15 @@ def quantize_file(in_path, out_path, qtype: str, n_threads: int = 1,
     from gguf import GGUFValueType
 
     q = str(qtype).lower()
+    q = _ALIASES.get(q, q)
     if q not in QUANT_TYPES:
         raise ValueError(f"[quantize] TYPE must be one of {', '.join(QUANT_TYPES)}, got {qtype!r}")
-    if os.path.abspath(in_path) == os.path.abspath(out_path):
-        raise ValueError("[quantize] OUT must differ from IN")
+    real_out = target_path(out_path)     # (TypeError / ValueError for a path it cannot replace)
+    if not os.path.isdir(os.path.dirname(real_out)):
+        raise ValueError(f"[quantize] OUT {out_path}: no such directory {os.path.dirname(real_out)}")
+    if os.path.realpath(in_path) == real_out or (
+            os.path.exists(real_out) and os.path.exists(in_path) and os.path.samefile(in_path, real_out)):
+        raise ValueError(f"[quantize] OUT is the same file as IN ({os.path.realpath(in_path)})")
     t0 = time.perf_counter()
     f = GGUFFile(in_path)
     try:

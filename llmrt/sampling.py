@@ -43,13 +43,26 @@ class Sampler:
                  min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
                  seed: int | None = None, frequency_penalty: float = 0.0,
                  presence_penalty: float = 0.0):
+        for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p),
+                        ("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
+                        ("presence_penalty", presence_penalty)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise TypeError(f"[Sampler] {name} must be a number, got {type(v).__name__}")
+            if v != v:
+                raise ValueError(f"[Sampler] {name} must be a number, got NaN")
+        for name, v in (("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
+                        ("presence_penalty", presence_penalty)):
+            if not np.isfinite(v):
+                raise ValueError(f"[Sampler] {name} must be finite, got {v}")
+        for name, v in (("top_k", top_k), ("repeat_last_n", repeat_last_n)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"[Sampler] {name} must be an integer, got {v!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise TypeError(f"[Sampler] seed must be an integer (or None), got {seed!r}")
         if repeat_penalty <= 0:
             raise ValueError(f"[Sampler] repeat_penalty must be > 0, got {repeat_penalty}")
         if repeat_last_n < -1:
             raise ValueError(f"[Sampler] repeat_last_n must be >= -1, got {repeat_last_n}")
-        for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
-            if v != v:
-                raise ValueError(f"[Sampler] {name} must be a number, got NaN")
         self.temperature = float(temperature)
         self.top_k = int(top_k)
         self.top_p = float(top_p)

@@ -27,13 +27,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from llmrt.atomic import atomic_file
+from llmrt.atomic import atomic_file, target_path
 
 MAGIC = b"LLMRTSES"
 VERSION = 1
@@ -87,8 +88,9 @@ def restore_sampler(state: Optional[dict], path=""):
     return s
 
 
-def _write_atomic(path: str, chunks) -> None:
-    with atomic_file(path, prefix="." + os.path.basename(path) + ".") as tmp, open(tmp, "wb") as f:
+def _write_atomic(path, chunks) -> None:
+    real = target_path(path)   # (a symlink's file is replaced, the link kept; a device refused)
+    with atomic_file(real, prefix="." + os.path.basename(real) + ".") as tmp, open(tmp, "wb") as f:
         for c in chunks:
             f.write(c)
         f.flush()
@@ -118,7 +120,7 @@ def save_session(path, session, *, sampler=None, extra: Optional[dict] = None, k
     }
     head = json.dumps(header, ensure_ascii=False).encode("utf-8")
     chunks = [_HEAD.pack(MAGIC, VERSION, len(head)), head] + [b for _, b in blobs]
-    _write_atomic(str(path), chunks)
+    _write_atomic(path, chunks)
     return sum(len(c) for c in chunks)
 
 
@@ -134,42 +136,51 @@ class SavedSession:
 
 def read_session_file(path, model) -> SavedSession:
     """Read and check a session file against `model` (nothing is restored yet)."""
-    path = str(path)
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"a session file path must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fsdecode(os.fspath(path))
     try:
+        # the header first, the blobs only once it has been checked: a large file that is not a
+        # session file (a device such as /dev/zero, a model) is never read whole
+        if not stat.S_ISREG(os.stat(path).st_mode):     # before open(): a fifo's would block
+            raise SessionFileError(f"{path}: not a regular file")
         with open(path, "rb") as f:
-            raw = f.read()
+            st = os.fstat(f.fileno())
+            head = f.read(_HEAD.size)
+            if len(head) < _HEAD.size or head[:8] != MAGIC:
+                raise SessionFileError(f"{path}: not an llmrt session file")
+            magic, version, n_head = _HEAD.unpack_from(head)
+            if version != VERSION:
+                raise SessionFileError(f"{path}: session file format {version}, this llmrt reads {VERSION}")
+            if n_head > MAX_HEADER or _HEAD.size + n_head > st.st_size:
+                raise SessionFileError(f"{path}: truncated session file (header)")
+            try:
+                header = json.loads(f.read(n_head).decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                raise SessionFileError(f"{path}: damaged session file header ({e})") from None
+            _check_header(header, path, model.n_vocab)
+            blobs_meta, sess, mdl = header["blobs"], header["session"], header["model"]
+            fp = model_fingerprint(model)
+            if mdl.get("fingerprint") != fp:
+                raise SessionFileError(f"{path}: saved with another model ({mdl.get('file')}, {mdl.get('arch')}), "
+                                       f"not {os.path.basename(str(model.path))}")
+            at = _HEAD.size + n_head
+            total = at + sum(int(b["bytes"]) for b in blobs_meta)
+            if total != st.st_size:
+                raise SessionFileError(
+                    f"{path}: {'truncated' if total > st.st_size else 'damaged'} session file ({st.st_size} "
+                    f"bytes, the header describes {total})")
+            blobs = {}
+            for b in blobs_meta:
+                n = int(b["bytes"])
+                data = f.read(n)
+                if len(data) != n:
+                    raise SessionFileError(f"{path}: truncated session file ({b['name']}: {len(data)} of {n} bytes)")
+                if hashlib.sha256(data).hexdigest() != b["sha256"]:
+                    raise SessionFileError(f"{path}: damaged session file ({b['name']} checksum)")
+                blobs[b["name"]] = data
     except OSError as e:
         raise SessionFileError(f"{path}: cannot read the session file: {e.strerror or e}") from None
-    if len(raw) < _HEAD.size or raw[:8] != MAGIC:
-        raise SessionFileError(f"{path}: not an llmrt session file")
-    magic, version, n_head = _HEAD.unpack_from(raw)
-    if version != VERSION:
-        raise SessionFileError(f"{path}: session file format {version}, this llmrt reads {VERSION}")
-    if n_head > MAX_HEADER or _HEAD.size + n_head > len(raw):
-        raise SessionFileError(f"{path}: truncated session file (header)")
-    try:
-        header = json.loads(raw[_HEAD.size:_HEAD.size + n_head].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise SessionFileError(f"{path}: damaged session file header ({e})") from None
-    _check_header(header, path, model.n_vocab)
-    blobs_meta, sess, mdl = header["blobs"], header["session"], header["model"]
-    fp = model_fingerprint(model)
-    if mdl.get("fingerprint") != fp:
-        raise SessionFileError(f"{path}: saved with another model ({mdl.get('file')}, {mdl.get('arch')}), "
-                               f"not {os.path.basename(str(model.path))}")
-    at = _HEAD.size + n_head
-    blobs = {}
-    for b in blobs_meta:
-        n = int(b["bytes"])
-        data = raw[at:at + n]
-        if len(data) != n:
-            raise SessionFileError(f"{path}: truncated session file ({b['name']}: {len(data)} of {n} bytes)")
-        if hashlib.sha256(data).hexdigest() != b["sha256"]:
-            raise SessionFileError(f"{path}: damaged session file ({b['name']} checksum)")
-        blobs[b["name"]] = data
-        at += n
-    if at != len(raw):
-        raise SessionFileError(f"{path}: {len(raw) - at} bytes after the last blob: damaged file")
     if "kv" not in blobs:
         raise SessionFileError(f"{path}: no cache image in the session file")
     if len(blobs["kv"]) < 12 or struct.unpack_from("<3i", blobs["kv"]) != (_KV_MAGIC, model.hparams.n_layer,

@@ -615,9 +615,18 @@ class Tokenizer:
         self._hf = hf
 
     # ---- vocabulary queries ---------------------------------------------------------------
+    def _id(self, i) -> int:
+        """i as a token id of this vocabulary: TypeError for a non-integer, ValueError outside
+        [0, n_vocab) (a negative id is not counted from the end)."""
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"a token id must be an int, got {i!r} ({type(i).__name__})")
+        if not 0 <= i < self.n_vocab:
+            raise ValueError(f"token id {i} is out of range for a vocabulary of {self.n_vocab}")
+        return int(i)
+
     def id_to_token(self, i: int) -> str:
         """The raw vocabulary string of token i (SPM pieces keep '▁', BPE pieces keep 'Ġ')."""
-        return self._tokens[i]
+        return self._tokens[self._id(i)]
 
     def token_to_id(self, text: str) -> int | None:
         """The id of the vocabulary entry spelled exactly `text`, or None."""
@@ -627,19 +636,19 @@ class Tokenizer:
         """Raw bytes of one token as llama_token_to_piece(special=True) gives them: SPM '▁' as ' ',
         byte tokens as their byte, BPE byte-level pieces mapped back to bytes, control tokens as
         their text, unused tokens as b''."""
-        return self._pieces[i]
+        return self._pieces[self._id(i)]
 
     def is_special(self, i: int) -> bool:
         """True for control and unknown tokens: hidden by decode(skip_special=True) and only
         produced by encode(parse_special=True)."""
-        return self._hidden[i]
+        return self._hidden[self._id(i)]
 
     def is_eog(self, i: int) -> bool:
-        return i in self.eog_ids
+        return self._id(i) in self.eog_ids
 
     def token_attr(self, i: int) -> int:
         """llama_token_attr bit flags of token i (A_* constants)."""
-        return self._attr[i]
+        return self._attr[self._id(i)]
 
     def __len__(self) -> int:
         return self.n_vocab

@@ -127,9 +127,7 @@ def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = 
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)} (or None), "
                          f"got {weight_dtype!r}")
     gs = 32 if group_size is None else group_size
-    try:
-        gs = int(gs)
-    except (TypeError, ValueError):
+    if isinstance(gs, bool) or not isinstance(gs, (int, np.integer)):   # 32.9 is not 32
         gs = None
     if gs not in GROUP_SIZES:
         raise ValueError(f"group_size must be one of {', '.join(map(str, GROUP_SIZES))} "
@@ -137,7 +135,9 @@ def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = 
     sc = _choice("scheme", scheme, "sym", SCHEMES)
     cd = _choice("compute_dtype", compute_dtype, "int8", COMPUTE_DTYPES)
     rd = _choice("rounding", rounding, "imatrix", ROUNDINGS)
-    return WQConfig(wd, gs, sc, cd, rd, bool(quantize_output))
+    if quantize_output is not None and not isinstance(quantize_output, (bool, np.bool_)):
+        raise TypeError(f"quantize_output must be True or False (or None), got {quantize_output!r}")
+    return WQConfig(wd, int(gs), sc, cd, rd, bool(quantize_output))
 
 
 def _choice(name: str, value, default: str, allowed) -> str:
@@ -219,12 +219,9 @@ def _expert_importance(importance, name: str, k: int, n_exp: int) -> list:
     return [_importance_of({name: v[e]}, name, k) if v[e].max() > 0 else None for e in range(n_exp)]
 
 
-def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1, progress: Optional[bool] = None,
-                     importance: Optional[Dict[str, np.ndarray]] = None,
-                     ) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
-    """Quantize gguf's matmul weights per cfg. Returns ({name: (blocks uint8, type_id, shape)}
-    for the graph (shape in ggml order), a one-line summary for logs). ValueError if a matmul
-    weight is already quantized."""
+def require_float_weights(gguf) -> list:
+    """The names of gguf's matmul weights; ValueError if one of them is already quantized
+    (checked before any work at load: the importance pass of int4's imatrix rounding too)."""
     names = matmul_weight_names(gguf.tensors)
     bad = [(n, gguf.tensors[n].type_name) for n in names if gguf.tensors[n].type not in FLOAT_TYPES]
     if bad:
@@ -233,6 +230,16 @@ def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1, progress: Optional
             f"weight_dtype needs an F32/F16/BF16 model, but {gguf.path} has {len(bad)} quantized "
             f"matmul weights ({', '.join(kinds)}; e.g. {bad[0][0]}): load it without weight_dtype "
             f"(or quantize a float model with `llmrt quantize`)")
+    return names
+
+
+def quantize_weights(gguf, cfg: WQConfig, n_threads: int = 1, progress: Optional[bool] = None,
+                     importance: Optional[Dict[str, np.ndarray]] = None,
+                     ) -> Tuple[Dict[str, Tuple[np.ndarray, int, tuple]], str]:
+    """Quantize gguf's matmul weights per cfg. Returns ({name: (blocks uint8, type_id, shape)}
+    for the graph (shape in ggml order), a one-line summary for logs). ValueError if a matmul
+    weight is already quantized."""
+    names = require_float_weights(gguf)
     t0 = time.perf_counter()
     todo, skipped = [], []
     for n in names:

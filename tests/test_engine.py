@@ -365,8 +365,12 @@ def test_submit_rejects_bad_input(tiny):
             eng.submit([])
         with pytest.raises(ValueError, match="max_tokens"):
             eng.submit([1], max_tokens=0)
-        with pytest.raises(ValueError, match="stop"):
+        with pytest.raises(TypeError, match="stop"):
             eng.submit([1], stop=[3])
+        with pytest.raises(TypeError, match="on_event must be callable"):
+            eng.submit([1], on_event=5)
+        with pytest.raises(TypeError, match="token ids must be ints"):
+            eng.submit([[1, 2], [3, 4]])
         with pytest.raises(ValueError, match="n_keep"):
             eng.submit([1], n_keep=10 ** 6)
         with pytest.raises(TypeError, match="unknown sampling"):
@@ -375,6 +379,25 @@ def test_submit_rejects_bad_input(tiny):
             eng.submit([1], repeat_penalty=0)
     with pytest.raises(RuntimeError, match="closed"):
         eng.submit([1])
+
+
+def test_a_raising_event_callback_cancels_only_its_request(tiny):
+    """An on_event callback that raises (a consumer that has gone away) used to raise again from
+    the "done" event inside the engine loop's error handler and kill the engine thread: every
+    later request waited forever. Now its request is cancelled and the engine goes on."""
+    with Engine(tiny, n_parallel=2) as eng:
+        calls = []
+
+        def gone(kind, payload):
+            calls.append(kind)
+            raise BrokenPipeError("the client has gone")
+
+        other = eng.submit(_ids(6, 3), max_tokens=12, temperature=0, ignore_eos=True)
+        bad = eng.submit(_ids(6, 4), max_tokens=12, temperature=0, ignore_eos=True, on_event=gone)
+        assert bad.wait(30).finish_reason == "cancelled" and calls == ["text"]
+        assert other.wait(30).finish_reason == "length" and len(other.ids) == 12
+        after = eng.submit(_ids(6, 3), max_tokens=12, temperature=0, ignore_eos=True).wait(30)
+        assert after.finish_reason == "length" and after.ids == other.ids
 
 
 def test_close_ends_what_runs(tiny):

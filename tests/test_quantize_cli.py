@@ -197,7 +197,73 @@ def test_quantize_errors(tiny, tmp_path):
     r = run(["quantize", str(tmp_path / "missing.gguf"), str(tmp_path / "x.gguf"), "q4_0"])
     assert r.exit_code == 1 and "no such file" in r.stderr
     r = run(["quantize", tiny["f32"], tiny["f32"], "q4_0"])
-    assert r.exit_code == 1 and "OUT must differ from IN" in r.stderr
+    assert r.exit_code == 1 and "OUT is the same file as IN" in r.stderr
+    r = run(["quantize", tiny["f32"], str(tmp_path), "q4_0"])
+    assert r.exit_code == 1 and "not a regular file" in r.stderr
+    r = run(["quantize", tiny["f32"], str(tmp_path / "missing" / "x.gguf"), "q4_0"])
+    assert r.exit_code == 1 and "no such directory" in r.stderr
+
+
+def test_quantize_never_writes_over_its_input_through_a_link(tiny, tmp_path):
+    """IN a symlink to OUT (or OUT a link to IN) passed the same-path check, and the quantized
+    file replaced the float original."""
+    src = tmp_path / "copy.gguf"
+    src.write_bytes(open(tiny["f32"], "rb").read())
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    (tmp_path / "link.gguf").symlink_to("copy.gguf")
+    for a, b in (("link.gguf", "copy.gguf"), ("copy.gguf", "link.gguf")):
+        r = run(["quantize", str(tmp_path / a), str(tmp_path / b), "q4_0"])
+        assert r.exit_code == 1 and "OUT is the same file as IN" in r.stderr
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.gguf", "link.gguf"]
+
+
+def test_quantize_output_mode_and_llamacpp_type_names(tiny, tmp_path):
+    """OUT was created 0600 (the temporary file's mode) whatever the umask; llama-quantize's
+    names Q4_K_M etc. were refused."""
+    umask = os.umask(0o022)
+    try:
+        r = run(["quantize", tiny["f32"], str(tmp_path / "m.gguf"), "Q4_K_M"])
+    finally:
+        os.umask(umask)
+    assert r.exit_code == 0, r.output
+    assert (os.stat(tmp_path / "m.gguf").st_mode & 0o777) == 0o644
+    assert _types(tmp_path / "m.gguf") == _types_of_q4_k(tiny, tmp_path)
+
+
+def _types_of_q4_k(tiny, tmp_path):
+    r = run(["quantize", tiny["f32"], str(tmp_path / "k.gguf"), "q4_k"])
+    assert r.exit_code == 0, r.output
+    return _types(tmp_path / "k.gguf")
+
+
+def test_quantize_stopped_by_sigterm_leaves_no_file(tiny, tmp_path):
+    """SIGTERM (kill, timeout, systemd) left the hidden temporary file behind (SIGINT did not);
+    now both leave the directory as it was and the exit code says which signal."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "out"
+    out.mkdir()
+    p = subprocess.Popen([sys.executable, "-c",
+                          "import sys, time, llmrt.quantize as q\n"
+                          "real = q.quants.quantize\n"
+                          "def slow(x, t):\n"
+                          "    time.sleep(0.05)\n"
+                          "    return real(x, t)\n"
+                          "q.quants.quantize = slow\n"
+                          "from llmrt.cli import main\n"
+                          "sys.argv = ['llmrt', 'quantize', sys.argv[1], sys.argv[2], 'q4_0', '-t', '1']\n"
+                          "main()\n", tiny["f32"], str(out / "q.gguf")],
+                         stderr=subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(out.iterdir()):
+        time.sleep(0.05)                             # the temporary file exists: writing began
+    assert any(out.iterdir())
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == 128 + signal.SIGTERM
+    assert list(out.iterdir()) == []
 
 
 def test_failure_leaves_nothing(tiny, tmp_path, monkeypatch):

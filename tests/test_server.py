@@ -377,6 +377,26 @@ def test_cli_rejects_a_bad_prefill_chunk(tmp_path):
     assert r.returncode == 2 and "--prefill-chunk" in r.stderr and ">= 1" in r.stderr
 
 
+@pytest.mark.parametrize("args, msg", [
+    (["--port", "70000"], "'--port': 70000 is not in the range 0<=x<=65535"),
+    (["--parallel", "100000"], "'-np' / '--parallel': 100000 is not in the range 1<=x<=1024"),
+])
+def test_cli_rejects_out_of_range_options(args, msg):
+    """--port 70000 listened on 4464 (70000 mod 65536) while announcing 70000; --parallel 100000
+    allocated caches until the machine ran out of memory."""
+    r = subprocess.run([sys.executable, "-m", "llmrt", "serve"] + args, capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ))
+    assert r.returncode == 2 and msg in r.stderr
+
+
+def test_engine_refuses_slots_that_cannot_fit_in_memory():
+    from llmrt import Model
+    from llmrt.engine import Engine
+    m = Model(real_model_path("smollm2-135m-instruct"), n_threads=1)
+    with pytest.raises(ValueError, match="slots of 4096 cells need at least .* GiB of KV cache"):
+        Engine(m, n_parallel=1_000_000)
+
+
 def test_cli_needs_a_model_file(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 10)

@@ -9,6 +9,7 @@ Models: tiny random Hugging Face models written to GGUF (tests/hf_gguf.py).
 Run: python -m pytest -q tests/test_sessions.py
 """
 import os
+import stat
 import subprocess
 import sys
 
@@ -281,6 +282,60 @@ def test_writes_are_atomic(paths, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.llmrt"]   # no temporary left
 
 
+def test_saving_keeps_links_modes_and_devices(paths, tmp_path):
+    """Saving renamed a temporary file over the path as it was: a symlink was replaced by a
+    plain file, a file's mode reset to 0600, and (as root) /dev/null replaced by a regular file.
+    Now the file a link names is replaced and the link kept, the mode carried over, and a path
+    that exists and is not a regular file (a fifo here) refused with nothing changed."""
+    m = Model(paths["llama"], n_threads=2)
+    s = m.new_session(ctx_size=32)
+    s.eval(_ids(8, 7))
+    real = tmp_path / "real.llmrt"
+    real.write_bytes(b"old")
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.llmrt"
+    link.symlink_to(real)
+    n = s.save(link)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert real.stat().st_size == n and (real.stat().st_mode & 0o777) == 0o640
+    assert Session.load(link, m).tokens == s.tokens
+    fresh = tmp_path / "new.llmrt"
+    s.save(os.fsencode(str(fresh)))                     # a bytes path is a path, not "b'...'"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (fresh.stat().st_mode & 0o777) == 0o666 & ~umask
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file: refusing to replace it"):
+        s.save(fifo)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    with pytest.raises(SessionFileError, match="not a regular file"):
+        Session.load(fifo, m)
+    for bad in (None, 5):
+        with pytest.raises(TypeError, match="must be a str or os.PathLike"):
+            s.save(bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.llmrt", "new.llmrt", "real.llmrt"]
+
+
+def test_loading_reads_the_header_before_the_rest(paths, tmp_path):
+    """A large file that is not a session file was read whole before its first bytes were
+    checked (/dev/zero: until memory ran out)."""
+    m = Model(paths["llama"], n_threads=2)
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(1 << 40)                             # 1 TiB, sparse: only its start is read
+    with pytest.raises(SessionFileError, match="not an llmrt session file"):
+        Session.load(big, m)
+    s = m.new_session(ctx_size=32)
+    s.eval(_ids(8, 8))
+    f = tmp_path / "s.llmrt"
+    s.save(f)
+    with open(f, "ab") as fh:
+        fh.truncate(1 << 40)                            # a valid start, then a TiB of zeros
+    with pytest.raises(SessionFileError, match="damaged session file"):
+        Session.load(f, m)
+
+
 def test_cli_chat_session_file(paths, tmp_path):
     """llmrt chat --session: the second run continues the first; /save and /load too."""
     f = tmp_path / "cli.llmrt"
@@ -308,6 +363,15 @@ def test_cli_chat_session_file(paths, tmp_path):
     r = run(["hello 1", f"/save {g}", "and then 2", f"/load {g}", "and then 2", "more 3"])
     assert "session: saved" in r.stderr and "session: loaded" in r.stderr
     assert r.stdout == a1 + a2 + a2 + a3
+    # the options of the answers to come apply to a loaded session (they were dropped): -n 3
+    # gives the first 3 tokens of the greedy answer; -s cannot change the conversation: a warning
+    short = run(["more 3"], "--session", str(f), "-n", "3", "-s", "You are a pirate.")
+    assert "session: loaded" in short.stderr and "-s ignored" in short.stderr
+    assert short.stdout.strip() and a3.startswith(short.stdout.rstrip("\n"))
+    assert len(short.stdout) < len(a3)
+    r = subprocess.run(base + ["--session", str(tmp_path / "no" / "such" / "dir.llmrt")], input="hi\n",
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "no such directory" in r.stderr and r.stdout == ""   # before any answer
     bad = tmp_path / "bad.llmrt"
     bad.write_bytes(b"junk")
     r = subprocess.run(base + ["--session", str(bad)], input="hi\n", capture_output=True, text=True,
