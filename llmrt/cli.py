@@ -656,8 +656,7 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, profile, threa
 @click.argument("qtype", metavar="TYPE", type=click.Choice(
     ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
      "q3_k_m", "q4_k_m", "q5_k_m"], case_sensitive=False))
-@click.option("-t", "--threads", type=click.IntRange(0, 1024), default=None,
-              help="Threads (default: the number of physical cores).")
+@_THREADS_OPTION
 @friendly_errors
 def quantize(input_path, output_path, qtype, threads):
     """Quantize IN.gguf (F32/F16/BF16) to TYPE and write OUT.gguf, choosing each tensor's type

@@ -63,7 +63,7 @@ class GenerationResult:
 
 def stop_strings(stop) -> list:
     """`stop` as a list of strings: None or () -> [], one str -> [it] (never its characters), an
-    iterable of non-empty-or-empty str -> its list. TypeError naming the bad element otherwise."""
+    iterable of str -> its list. TypeError naming the bad element otherwise."""
     if stop is None:
         return []
     if isinstance(stop, str):

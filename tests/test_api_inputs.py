@@ -204,3 +204,11 @@ def test_tokenizer_ids_are_checked(smol):
         with pytest.raises(TypeError, match="token id must be an int"):
             f(None)
     assert tok.token_to_piece(np.int64(6403)) == tok.token_to_piece(6403)
+
+
+def test_a_template_whose_code_fails_is_a_clear_error():
+    """A template's own exception (here a division by zero) came out as a raw traceback."""
+    from llmrt.chat import ChatTemplate
+    for src, name in (("{{ 1 / 0 }}", "ZeroDivisionError"), ("{{ messages[5]['content'] }}", "")):
+        with pytest.raises(ValueError, match=r"\[chat template\] custom.*" + name):
+            ChatTemplate(src).render([{"role": "user", "content": "hi"}])
