@@ -27,6 +27,9 @@ def friendly_errors(fn):
         except OverflowError as e:
             click.echo(f"error: a value is too large: {e}", err=True)
             sys.exit(1)
+        except KeyboardInterrupt:           # Ctrl-C: every command exits as generate does
+            click.echo("interrupted", err=True)
+            sys.exit(130)
     return wrapper
 
 
@@ -551,6 +554,9 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
         except ImportError:
             raise ValueError("--plot needs matplotlib: pip install 'llmrt[plot]' "
                              "(or pip install matplotlib)") from None
+    for out in (nll_csv, plot):     # likewise: an output that cannot be written
+        if out:
+            _check_writable(out)
     text = ppl_mod.read_text(text_file)
     if ctx_size is None or ctx_size < 1:
         raise ValueError(f"ctx-size must be >= 1, got {ctx_size}")

@@ -314,3 +314,24 @@ def test_q4_0_matches_llamacpp(tmp_path):
            for t in gguf.GGUFReader(out).tensors}
     assert got == ref["tensors"]
     assert ref["llamacpp_ppl_of_llmrt_q4_0"]["ppl"] == ref["llamacpp_ppl_of_llamacpp_q4_0"]["ppl"]
+
+
+def test_ctrl_c_exits_130_with_one_line(tiny, tmp_path, monkeypatch):
+    """quantize, perplexity and bench printed click's bare "Aborted!" and exited 1 on Ctrl-C
+    (generate: "interrupted", 130); now every command exits as generate does."""
+    import llmrt.quantize as qmod
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(qmod, "quantize_file", interrupted)
+    r = run(["quantize", tiny["f32"], str(tmp_path / "q.gguf"), "q4_0"])
+    assert r.exit_code == 130 and r.stderr.strip() == "interrupted"
+
+
+def test_perplexity_checks_its_outputs_before_the_run(tiny, tmp_path):
+    """--nll-csv in a missing directory failed only after the whole evaluation."""
+    text = tmp_path / "t.txt"
+    text.write_text("hello world " * 50)
+    r = run(["perplexity", tiny["f32"], "-f", str(text), "-c", "32",
+             "--nll-csv", str(tmp_path / "missing" / "nll.csv")])
+    assert r.exit_code == 1 and "no such directory" in r.stderr and "text:" not in r.stderr
