@@ -3,6 +3,7 @@ import os
 import stat
 import tempfile
 from contextlib import contextmanager
+from typing import Optional
 
 
 def _umask() -> int:
@@ -38,13 +39,27 @@ def target_path(path) -> str:
     return real
 
 
-@contextmanager
-def atomic_file(path, prefix: str = ".llmrt-", suffix: str = ".tmp"):
-    """Yields the path of an empty temporary file in the directory of the file `path` names
-    (target_path). When the block ends it is renamed over that file, with the mode the file had
-    (a new file: 0666 less the umask); when the block raises it is removed. A crash never leaves
-    half a file under the real name."""
+def writable_target(path) -> str:
+    """target_path(path), checked before any work that ends in writing it: its directory exists
+    and is writable (ValueError naming the path otherwise)."""
     real = target_path(path)
+    d = os.path.dirname(real)
+    if not os.path.isdir(d):
+        raise ValueError(f"{path}: no such directory {d}")
+    if not os.access(d, os.W_OK):
+        raise ValueError(f"{path}: the directory {d} is not writable")
+    return real
+
+
+@contextmanager
+def atomic_file(path, prefix: Optional[str] = None, suffix: str = ".tmp"):
+    """Yields the path of an empty temporary file in the directory of the file `path` names
+    (target_path; prefix None: "." + its name + "."). When the block ends it is renamed over that
+    file, with the mode the file had (a new file: 0666 less the umask); when the block raises it
+    is removed. A crash never leaves half a file under the real name."""
+    real = target_path(path)
+    if prefix is None:
+        prefix = "." + os.path.basename(real) + "."
     try:
         mode = stat.S_IMODE(os.stat(real).st_mode)
     except FileNotFoundError:

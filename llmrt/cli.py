@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from llmrt.atomic import writable_target
 from llmrt.errors import ModelFormatError
 
 
@@ -331,7 +332,7 @@ def chat(model, system, n_predict, chat_template, ignore_eos, session_path, n_ke
     m = _load_model(model, threads, ctx_size, wq)
     keep = _parse_keep(n_keep, "auto")
     if session_path is not None:
-        _check_writable(session_path)   # before the conversation, not when it is saved at exit
+        writable_target(session_path)   # before the conversation, not when it is saved at exit
     if session_path is not None and os.path.exists(session_path):
         cs = ChatSession.load(session_path, m)      # a bad file: one error line, nothing lost
         _log(f"session: loaded {session_path} ({len(cs.messages)} messages, "
@@ -355,19 +356,6 @@ def chat(model, system, n_predict, chat_template, ignore_eos, session_path, n_ke
         if session_path is not None:
             n = cs.save(session_path)
             _log(f"session: saved {session_path} ({n / 1e6:.1f} MB)")
-
-
-def _check_writable(path):
-    """A file path that can be written (its directory exists and is writable, the path is not
-    a directory or a device): ValueError naming it otherwise."""
-    from llmrt.atomic import target_path
-
-    real = target_path(path)
-    d = os.path.dirname(real)
-    if not os.path.isdir(d):
-        raise ValueError(f"{path}: no such directory {d}")
-    if not os.access(d, os.W_OK):
-        raise ValueError(f"{path}: the directory {d} is not writable")
 
 
 def _apply_given_options(cs, *, n_predict, ignore_eos, sampling):
@@ -556,7 +544,7 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
                              "(or pip install matplotlib)") from None
     for out in (nll_csv, plot):     # likewise: an output that cannot be written
         if out:
-            _check_writable(out)
+            writable_target(out)
     text = ppl_mod.read_text(text_file)
     if ctx_size is None or ctx_size < 1:
         raise ValueError(f"ctx-size must be >= 1, got {ctx_size}")

@@ -43,7 +43,7 @@ from typing import Callable, Dict, Optional, Tuple
 import numpy as np
 
 from llmrt import quants
-from llmrt.atomic import atomic_file, target_path
+from llmrt.atomic import atomic_file, writable_target
 from llmrt.gguf import GGUFFile
 from llmrt.progress import Progress
 
@@ -375,11 +375,8 @@ def quantize_file(in_path, out_path, qtype: str, n_threads: int = 1,
     q = _ALIASES.get(q, q)
     if q not in QUANT_TYPES:
         raise ValueError(f"[quantize] TYPE must be one of {', '.join(QUANT_TYPES)}, got {qtype!r}")
-    real_out = target_path(out_path)     # (TypeError / ValueError for a path it cannot replace)
-    if not os.path.isdir(os.path.dirname(real_out)):
-        raise ValueError(f"[quantize] OUT {out_path}: no such directory {os.path.dirname(real_out)}")
-    if os.path.realpath(in_path) == real_out or (
-            os.path.exists(real_out) and os.path.exists(in_path) and os.path.samefile(in_path, real_out)):
+    real_out = writable_target(out_path)   # before the work: a path it cannot write is an error
+    if os.path.exists(real_out) and os.path.exists(in_path) and os.path.samefile(in_path, real_out):
         raise ValueError(f"[quantize] OUT is the same file as IN ({os.path.realpath(in_path)})")
     t0 = time.perf_counter()
     f = GGUFFile(in_path)

@@ -34,7 +34,7 @@ from typing import Optional
 
 import numpy as np
 
-from llmrt.atomic import atomic_file, target_path
+from llmrt.atomic import atomic_file
 
 MAGIC = b"LLMRTSES"
 VERSION = 1
@@ -89,8 +89,8 @@ def restore_sampler(state: Optional[dict], path=""):
 
 
 def _write_atomic(path, chunks) -> None:
-    real = target_path(path)   # (a symlink's file is replaced, the link kept; a device refused)
-    with atomic_file(real, prefix="." + os.path.basename(real) + ".") as tmp, open(tmp, "wb") as f:
+    # (a symlink's file is replaced, the link kept; a device refused: atomic_file)
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
         for c in chunks:
             f.write(c)
         f.flush()
