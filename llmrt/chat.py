@@ -34,6 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
+from llmrt.checks import read_utf8
 from llmrt.generation import (GenerationResult, _common_prefix, _prefill_from, decode,
                               make_sampler, stop_strings)
 
@@ -160,7 +161,7 @@ class ChatTemplate:
             if not p.is_file():
                 raise FileNotFoundError(f"[chat template] no such file: {override} (or use a "
                                         f"built-in name: {', '.join(BUILTIN_TEMPLATES)})")
-            return cls(p.read_text(encoding="utf-8"), name=str(p), **tok)
+            return cls(read_utf8(p), name=str(p), **tok)
         src = metadata.get("tokenizer.chat_template")
         if isinstance(src, str) and src.strip():
             return cls(src, name="gguf", **tok)
@@ -233,7 +234,8 @@ def auto_keep(tokenizer, template: ChatTemplate, system: str | None, ids: Sequen
 
 def _chat_state_ok(c: dict, n_vocab: int) -> bool:
     """The chat fields of a session file (ChatSession.save's) of their types."""
-    from llmrt.sessionfile import is_ids, is_int
+    from llmrt.checks import is_int
+    from llmrt.sessionfile import is_ids
     need = ("template", "system", "messages", "max_new_tokens", "stop", "n_keep", "ignore_eos", "hist",
             "n_past_after")
     return (all(k in c for k in need) and isinstance(c["template"], str)

@@ -10,6 +10,7 @@ import sys
 import click
 
 from llmrt.atomic import writable_target
+from llmrt.checks import read_utf8
 from llmrt.errors import ModelFormatError
 
 
@@ -458,13 +459,14 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
     import time
 
     from llmrt.generation import decode, make_sampler, prefill
+    from llmrt.model import N_BATCH
+    from llmrt.progress import Progress
     from llmrt.streamers import TextStreamer
 
     if (prompt is None) == (prompt_file is None):
         raise click.UsageError("give exactly one of -p PROMPT or -f FILE")
     if prompt is None:
-        with open(prompt_file, encoding="utf-8") as f:
-            prompt = f.read()
+        prompt = read_utf8(prompt_file)
     m = _load_model(model, threads, ctx_size, wq)
     sampler = make_sampler(**sampling)
     _log(f"sampling: {sampler!r}")
@@ -477,7 +479,10 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
     _log_cache(sess, None)
     streamer = TextStreamer(m.tokenizer, skip_prompt=True)
     t0 = time.perf_counter()
-    logits = prefill(sess, ids)
+    # a bar for a long prompt (a file of many pages prefills for minutes on a big model)
+    bar = ((lambda n: Progress(total=n, desc="prompt", unit="tok"))
+           if len(ids) > 2 * N_BATCH else None)
+    logits = prefill(sess, ids, progress=bar)
     t1 = time.perf_counter()
     streamer.put(ids)
     try:
@@ -532,8 +537,17 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
     as it goes, and every token after the first is scored."""
     import json
 
+    from click.core import ParameterSource
+
     from llmrt import perplexity as ppl_mod
 
+    ctx = click.get_current_context()
+    if kv_mode is None:     # options of the streamed evaluation were ignored without it
+        given = [f"--{name.replace('_', '-')}" for name in ("n_keep", "n_discard", "batch")
+                 if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only apply with --kv-mode (the default "
+                                   "dense evaluation has no eviction and scores chunk by chunk)")
     if not os.path.isfile(text_file):
         raise FileNotFoundError(f"no such file: {text_file}")
     if plot:   # fail before the long run, not after it
@@ -556,14 +570,17 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
         _log(f"streaming: kv-mode {kv_mode}, ctx-size {ctx_size}, n-keep "
              f"{0 if kv_mode == 'window' else n_keep}, n-discard {n_discard}, "
              f"{batch} token(s) per eval")
-    r = ppl_mod.perplexity(m, ids, ctx_size, kv_mode=kv_mode, n_keep=n_keep, n_discard=n_discard,
-                           batch=batch, max_tokens=max_tokens)
-    if r.mode == "dense":
-        click.echo(",".join(f"[{i + 1}]{p:.4f}" for i, p in enumerate(r.running)))
-    click.echo(f"Final estimate: PPL = {r.ppl:.4f} +/- {r.ppl_err:.5f}  "
-               f"({r.n_tokens} tokens scored, {r.mode}, ctx {r.ctx_size}, {r.seconds:.1f} s)")
-    if r.n_evicted is not None:
-        _log(f"cells evicted: {r.n_evicted}")
+    try:
+        r = ppl_mod.perplexity(m, ids, ctx_size, kv_mode=kv_mode, n_keep=n_keep,
+                               n_discard=n_discard, batch=batch, max_tokens=max_tokens)
+    except ppl_mod.PerplexityInterrupted as e:     # Ctrl-C: what was scored is not lost
+        if e.result is not None:
+            _print_ppl(e.result, "Estimate so far")
+            if nll_csv:
+                ppl_mod.write_nll_csv(e.result, nll_csv)
+                _log(f"per-token NLL so far written to {nll_csv}")
+        raise
+    _print_ppl(r, "Final estimate")
     if nll_csv:
         ppl_mod.write_nll_csv(r, nll_csv)
         _log(f"per-token NLL written to {nll_csv}")
@@ -576,6 +593,15 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
         d = r.summary()
         d.update(model=m.path, file=text_file)
         click.echo(json.dumps(d))
+
+
+def _print_ppl(r, what: str) -> None:
+    if r.mode == "dense":
+        click.echo(",".join(f"[{i + 1}]{p:.4f}" for i, p in enumerate(r.running)))
+    click.echo(f"{what}: PPL = {r.ppl:.4f} +/- {r.ppl_err:.5f}  "
+               f"({r.n_tokens} tokens scored, {r.mode}, ctx {r.ctx_size}, {r.seconds:.1f} s)")
+    if r.n_evicted is not None:
+        _log(f"cells evicted: {r.n_evicted}")
 
 
 # ---- bench --------------------------------------------------------------------------------------
@@ -735,6 +761,7 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
                          f'pip install "llmrt[serve]"') from None
     import logging
 
+    from llmrt.server import listen_sockets
     from llmrt.server import serve as run_server
 
     keep = _parse_keep(n_keep, "auto")
@@ -760,8 +787,15 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
             "n_discard": n_discard, "n_batch": n_batch, "max_queue": max_queue, "timeout": timeout,
             "n_predict": n_predict, "chat_template": chat_template, "alias": alias, "prefill_chunk": chunk})
         return
-    m = _load_model(model, threads, ctx_size, wq)
+    socks = listen_sockets(host, port)      # a busy port fails now, not after the load
+    try:
+        m = _load_model(model, threads, ctx_size, wq)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
     run_server(None, model=m, host=host, port=port, parallel=parallel, ctx_size=ctx_size, n_keep=keep,
                n_discard=n_discard, n_batch=n_batch, max_queue=max_queue, timeout=timeout,
                n_predict=n_predict, chat_template=chat_template, alias=alias,
-               max_body_bytes=max_body_bytes, slot_save_path=slot_save_path, prefill_chunk=chunk)
+               max_body_bytes=max_body_bytes, slot_save_path=slot_save_path, prefill_chunk=chunk,
+               sockets=socks)

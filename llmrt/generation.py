@@ -39,6 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
+from llmrt.checks import id_list
 from llmrt.sampling import Sampler
 from llmrt.streamers import make_detokenizer
 
@@ -104,29 +105,34 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if diff.size else m
 
 
-def prefill(session, ids: Sequence[int]) -> np.ndarray:
+def prefill(session, ids: Sequence[int], progress=None) -> np.ndarray:
     """Bring the session's cache to exactly `ids` and return the logits of the last id.
 
     Reuses the cached prefix: only the ids after it are evaluated. When the cache diverges from
     `ids` (or holds all of them: the last id's logits are needed), it is cut back with
-    `session.truncate(n)` if the session has it, else reset and re-evaluated."""
-    ids = [int(i) for i in ids]
+    `session.truncate(n)` if the session has it, else reset and re-evaluated. `progress`:
+    made by progress(n_ids) for the n_ids to evaluate and passed to `session.eval` (which calls
+    its update(n) per graph run); it is used as a context manager (a llmrt.progress.Progress)."""
+    ids = id_list(ids)
     if not ids:
         raise ValueError("[generate] the prompt is empty: at least one token is needed")
-    return _prefill_from(session, ids, _common_prefix(list(session.tokens), ids))[0]
+    return _prefill_from(session, ids, _common_prefix(list(session.tokens), ids), progress)[0]
 
 
-def _prefill_from(session, ids: list[int], n: int):
+def _prefill_from(session, ids: list[int], n: int, progress=None):
     """prefill() given n, the common prefix of the cache and `ids` -> (logits, ids evaluated)."""
-    if n == len(session.tokens) and n < len(ids):
+    if not (n == len(session.tokens) and n < len(ids)):
+        n = min(n, len(ids) - 1)
+        truncate = getattr(session, "truncate", None)
+        if n > 0 and truncate is not None:
+            truncate(n)
+        else:
+            session.reset()
+            n = 0
+    if progress is None:
         return session.eval(ids[n:]), ids[n:]
-    n = min(n, len(ids) - 1)
-    truncate = getattr(session, "truncate", None)
-    if n > 0 and truncate is not None:
-        truncate(n)
-        return session.eval(ids[n:]), ids[n:]
-    session.reset()
-    return session.eval(ids), ids
+    with progress(len(ids) - n) as bar:
+        return session.eval(ids[n:], progress=bar), ids[n:]
 
 
 class _Release:
@@ -289,7 +295,7 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
     try:
         stop = stop_strings(stop)
         sampler = make_sampler(sampler, do_sample, **sampling)
-        prompt_ids = [int(i) for i in prompt_ids]
+        prompt_ids = id_list(prompt_ids)
         logits = prefill(session, prompt_ids)
         if streamer is not None:
             streamer.put(np.asarray(prompt_ids, dtype=np.int64))

@@ -19,6 +19,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from llmrt import _core
+from llmrt.checks import id_array, id_list, is_int
 from llmrt.errors import ModelFormatError
 from llmrt.gguf import SPLIT_EXPERT, GGUFFile
 from llmrt.models import get_family
@@ -56,7 +57,7 @@ MAX_CTX = 1 << 24           # cells of one cache: positions are C ints (far past
 
 def _int_arg(name: str, v, lo: int, hi: int) -> int:
     """v as an int in [lo, hi]: TypeError for a float, a bool, a str ...; ValueError outside."""
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+    if not is_int(v):
         raise TypeError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
     if not lo <= v <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
@@ -77,47 +78,6 @@ def _exclusive(method):
         finally:
             self._busy.release()
     return wrapper
-
-
-def _id_ndarray(ids: np.ndarray) -> np.ndarray:
-    """A numpy array of token ids as one 1-D integer sequence (a batch of one, shape (1, n), is
-    accepted); ValueError for another shape, TypeError for a non-integer dtype."""
-    arr = ids[0] if ids.ndim == 2 and ids.shape[0] == 1 else ids
-    if arr.ndim != 1:
-        raise ValueError(f"token ids must be one sequence (1-D), got an array of shape {ids.shape}")
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"token ids must be integers, got an array of {arr.dtype}")
-    return arr
-
-
-def _as_id_list(ids) -> List[int]:
-    """Token ids from a list, a tuple, a numpy array or a torch-like tensor (a batch of one,
-    [[...]] or shape (1, n), is accepted). TypeError for text, bytes, unordered collections
-    (a set, a dict), floats and nested sequences of more than one row."""
-    if isinstance(ids, (str, bytes, bytearray)):
-        raise TypeError(f"token ids must be a sequence of ints, got {type(ids).__name__} "
-                        "(pass text as a str prompt where one is accepted)")
-    if isinstance(ids, (set, frozenset, dict)):
-        raise TypeError(f"token ids must be an ordered sequence of ints, got {type(ids).__name__}")
-    if isinstance(ids, np.ndarray):
-        return _id_ndarray(ids).tolist()
-    if hasattr(ids, "tolist") and not isinstance(ids, list):
-        ids = ids.tolist()
-    if not isinstance(ids, (list, tuple)):
-        try:
-            ids = list(ids)
-        except TypeError:
-            raise TypeError(f"token ids must be a sequence of ints, got {type(ids).__name__}") from None
-    if len(ids) == 1 and isinstance(ids[0], (list, tuple)):
-        ids = ids[0]
-    out = []
-    for i in ids:
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            what = "a nested sequence (one sequence of ids is evaluated at a time)" \
-                if isinstance(i, (list, tuple, np.ndarray)) else f"{i!r} ({type(i).__name__})"
-            raise TypeError(f"token ids must be ints, got {what}")
-        out.append(int(i))
-    return out
 
 
 _NOT_WEIGHT_TYPES = frozenset(int(GGMLQuantizationType[n]) for n in ("I8", "I16", "I32", "I64", "F64"))
@@ -273,7 +233,7 @@ class Session:
     @_exclusive
     def truncate(self, n: int):
         """Keep the first n tokens (and their cache cells)."""
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        if not is_int(n):
             raise TypeError(f"truncate: n must be an integer, got {n!r}")
         if not 0 <= n <= len(self.tokens):
             raise ValueError(f"cannot truncate a session of {len(self.tokens)} tokens to {n}")
@@ -354,9 +314,11 @@ class Session:
             self._evict()
 
     @_exclusive
-    def eval(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
+    def eval(self, ids: Sequence[int], all_logits: bool = False, progress=None) -> np.ndarray:
         """Append `ids` to the cache, evicting as needed (see the class doc). Returns the logits
-        of the last id ([n_vocab]), or of every id ([len(ids), n_vocab]) with all_logits."""
+        of the last id ([n_vocab]), or of every id ([len(ids), n_vocab]) with all_logits.
+        progress: an object whose update(n) is called after each graph run of n ids (a
+        llmrt.progress.Progress for a long prompt)."""
         arr = self.model._check_ids(ids)
         n = len(arr)
         if self._mode == "none" and self.n_past + n > self.n_ctx:
@@ -380,6 +342,8 @@ class Session:
             outs.append(self._run(arr[i:i + m], all_logits))
             i += m
             just_evicted = False
+            if progress is not None:
+                progress.update(m)
         if all_logits:
             return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=0)
         return outs[-1][0]
@@ -553,9 +517,9 @@ class Model:
                     raise ValueError(f"token id {i} is out of range for a vocabulary of {self.n_vocab}")
             return np.array(ids, dtype=np.int32)
         if isinstance(ids, np.ndarray):
-            arr = _id_ndarray(ids)
+            arr = id_array(ids)
         else:
-            lst = _as_id_list(ids)
+            lst = id_list(ids)
             try:
                 arr = np.asarray(lst, dtype=np.int64)
             except OverflowError:       # an id past int64: out of range whatever the vocabulary
@@ -671,7 +635,7 @@ class Model:
                 raise ValueError("this model has no tokenizer: pass token ids")
             prompt_ids = self.tokenizer.encode(ids_or_prompt, add_special=True)
         else:
-            prompt_ids = _as_id_list(ids_or_prompt)
+            prompt_ids = id_list(ids_or_prompt)
         if do_sample is not None and not do_sample:     # False, 0: greedy
             temperature = 0.0
         cache_args = {"ctx_size": ctx_size, "n_keep": n_keep, "n_discard": n_discard, "kv_mode": kv_mode}

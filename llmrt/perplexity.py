@@ -25,6 +25,7 @@ fit whole, up to batch - 1 tokens earlier than token by token.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import time
@@ -33,6 +34,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from llmrt.checks import read_utf8
 from llmrt.progress import Progress
 
 KV_MODES = ("shift", "recompute", "window")
@@ -41,8 +43,7 @@ MIN_CTX_DENSE = 4   # first = n_ctx/2 must leave at least one scored token per c
 
 def read_text(path) -> str:
     """The text of `path` as llama.cpp's `-f` reads it: UTF-8, one trailing newline dropped."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    text = read_utf8(path)
     if text.endswith("\n"):
         text = text[:-1]
     return text
@@ -120,11 +121,31 @@ class PerplexityResult:
         return d
 
 
+class PerplexityInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a perplexity run: `result` holds what was scored before it (None when
+    nothing was); it is still a KeyboardInterrupt for everything else."""
+
+    def __init__(self, result: Optional["PerplexityResult"]):
+        super().__init__("perplexity interrupted")
+        self.result = result
+
+
 def _check_tokens(model, tokens) -> np.ndarray:
     arr = np.asarray(tokens, dtype=np.int64).ravel()
     if arr.size and (arr.min() < 0 or arr.max() >= model.n_vocab):
         raise ValueError(f"token ids out of range for a vocabulary of {model.n_vocab}")
     return arr
+
+
+@contextlib.contextmanager
+def _keep_on_interrupt(partial):
+    """Turn Ctrl-C inside the block into PerplexityInterrupted(partial())."""
+    try:
+        yield
+    except PerplexityInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise PerplexityInterrupted(partial()) from None
 
 
 def _bos_to_replace(model) -> Optional[int]:
@@ -162,7 +183,15 @@ def perplexity_dense(model, tokens, ctx_size: int, progress: Optional[bool] = No
     pos, nlls, running = [], [], []
     sum_nll, count = 0.0, 0
     t0 = time.perf_counter()
-    with Progress(total=n_chunk, desc="perplexity", unit="chunk", enabled=progress) as bar:
+    def result():
+        positions = np.concatenate(pos)
+        return PerplexityResult(mode="dense", ctx_size=n_ctx, n_keep=None, n_discard=None,
+                                batch=None, positions=positions, tokens=toks[positions],
+                                nll=np.concatenate(nlls), seconds=time.perf_counter() - t0,
+                                n_chunks=len(running), running=running)
+
+    with Progress(total=n_chunk, desc="perplexity", unit="chunk", enabled=progress) as bar, \
+            _keep_on_interrupt(lambda: result() if running else None):
         for i in range(n_chunk):
             start = i * n_ctx
             ids = toks[start:start + n_ctx].copy()     # [n_ctx]
@@ -182,10 +211,7 @@ def perplexity_dense(model, tokens, ctx_size: int, progress: Optional[bool] = No
             bar.update(1)
             if on_chunk is not None:
                 on_chunk(i, n_chunk, running[-1])
-    positions = np.concatenate(pos)
-    return PerplexityResult(mode="dense", ctx_size=n_ctx, n_keep=None, n_discard=None, batch=None,
-                            positions=positions, tokens=toks[positions], nll=np.concatenate(nlls),
-                            seconds=time.perf_counter() - t0, n_chunks=n_chunk, running=running)
+    return result()
 
 
 def perplexity_stream(model, tokens, ctx_size: int, kv_mode: str = "shift", n_keep: int = 4,
@@ -212,7 +238,17 @@ def perplexity_stream(model, tokens, ctx_size: int, kv_mode: str = "shift", n_ke
     nll = np.empty(n - 1, dtype=np.float64)   # nll[j] scores toks[j + 1]
     sum_nll = 0.0
     t0 = time.perf_counter()
-    with Progress(total=n, desc="perplexity", unit="tok", enabled=progress) as bar:
+    done = 0                                  # nll[:done] is filled
+
+    def result():
+        return PerplexityResult(mode=kv_mode, ctx_size=n_ctx, n_keep=n_keep,
+                                n_discard=int(n_discard), batch=batch,
+                                positions=np.arange(1, done + 1), tokens=toks[1:done + 1],
+                                nll=nll[:done], seconds=time.perf_counter() - t0,
+                                n_evicted=getattr(sess, "n_evicted", None))
+
+    with Progress(total=n, desc="perplexity", unit="tok", enabled=progress) as bar, \
+            _keep_on_interrupt(lambda: result() if done else None):
         for i in range(0, n, batch):
             ids = toks[i:i + batch]
             logits = sess.eval(ids, all_logits=True)             # [len(ids), n_vocab]
@@ -221,14 +257,11 @@ def perplexity_stream(model, tokens, ctx_size: int, kv_mode: str = "shift", n_ke
             if m > 0:
                 v = token_nll(logits[:m], toks[i + 1:i + 1 + m])
                 nll[i:i + m] = v
+                done = i + m
                 sum_nll += float(v.sum())
                 bar.desc = f"perplexity {math.exp(sum_nll / (i + m)):.4f}"
             bar.update(len(ids))
-    positions = np.arange(1, n)
-    return PerplexityResult(mode=kv_mode, ctx_size=n_ctx, n_keep=n_keep, n_discard=int(n_discard),
-                            batch=batch, positions=positions, tokens=toks[1:], nll=nll,
-                            seconds=time.perf_counter() - t0,
-                            n_evicted=getattr(sess, "n_evicted", None))
+    return result()
 
 
 def perplexity(model, tokens, ctx_size: int, kv_mode: Optional[str] = None, n_keep: int = 4,

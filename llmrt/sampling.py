@@ -32,6 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
+from llmrt.checks import is_int
+
 _TOP_P_FAST = 256     # top_p without top_k: look at this many most probable tokens first
 _TOP_P_FAST_MIN = 1024   # ... when there are more candidates than this
 
@@ -55,9 +57,9 @@ class Sampler:
             if not np.isfinite(v):
                 raise ValueError(f"[Sampler] {name} must be finite, got {v}")
         for name, v in (("top_k", top_k), ("repeat_last_n", repeat_last_n)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            if not is_int(v):
                 raise TypeError(f"[Sampler] {name} must be an integer, got {v!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        if seed is not None and not is_int(seed):
             raise TypeError(f"[Sampler] seed must be an integer (or None), got {seed!r}")
         if repeat_penalty <= 0:
             raise ValueError(f"[Sampler] repeat_penalty must be > 0, got {repeat_penalty}")

@@ -408,8 +408,8 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                             done = True
                     if out:
                         yield "".join(out)
-                if req.finish_reason == "error":
-                    yield event(json.dumps(failed(req).body()))
+                if req.finish_reason == "error":     # as OpenAI: an error event; then the end
+                    yield event(json.dumps(failed(req).body())) + event("[DONE]")
                 else:
                     last = event(chunk({}, "", _finish_reason(req.finish_reason)))
                     if include_usage:
@@ -555,13 +555,43 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     return app
 
 
+def listen_sockets(host: str, port: int) -> list:
+    """Sockets bound to host:port (every address the host resolves to, as uvicorn would bind
+    them), taken before the model loads: a port in use or a host that does not resolve is a
+    clear ValueError at once, not after the load."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ValueError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    socks, seen = [], set()
+    try:
+        for family, kind, proto, _, addr in infos:
+            if (family, addr) in seen:
+                continue
+            seen.add((family, addr))
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
+    except OSError as e:
+        for sock in socks:
+            sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return socks
+
+
 def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: int = 4,
           ctx_size: Optional[int] = None, n_keep="auto", n_discard: int = -1, threads=None,
           n_batch: int = 256, max_queue: int = 64, timeout: float = 600.0, n_predict: int = -1,
           chat_template: Optional[str] = None, alias: Optional[str] = None,
           max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None, model=None,
-          log_level: str = "info", prefill_chunk: Optional[int] = None):
-    """Load the model, start the engine and run uvicorn until interrupted."""
+          log_level: str = "info", prefill_chunk: Optional[int] = None, sockets=None):
+    """Load the model, start the engine and run uvicorn until interrupted. `sockets`: ones
+    listen_sockets() bound already (they are closed on return), else host:port is bound first."""
     import os
 
     import uvicorn
@@ -569,23 +599,30 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
     from llmrt.chat import ChatTemplate
     from llmrt.engine import Engine
 
-    if model is None:
-        from llmrt.model import Model
-        model = Model(model_path, **({"n_threads": threads} if threads else {}))
-    ctx = int(ctx_size or model.n_ctx)
-    keep_engine = 4 if n_keep == "auto" else int(n_keep)
-    engine = Engine(model, n_parallel=parallel, ctx_size=ctx, n_keep=keep_engine, n_discard=n_discard,
-                    n_batch=n_batch, max_queue=max_queue, queue_timeout=timeout, n_predict=n_predict,
-                    prefill_chunk=prefill_chunk)
-    template = ChatTemplate.for_model(model, chat_template) if model.tokenizer is not None else None
-    name = alias or os.path.basename(str(model.path))
-    if slot_save_path is not None:
-        os.makedirs(slot_save_path, exist_ok=True)
-    app = create_app(engine, name, template, n_keep=n_keep, max_body_bytes=max_body_bytes,
-                     slot_save_path=slot_save_path)
-    log.info("llmrt: serving %s on http://%s:%d (%d slots of %d cells, n_keep %s)", name, host, port,
-             parallel, ctx, n_keep)
+    socks = listen_sockets(host, port) if sockets is None else sockets
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+        if model is None:
+            from llmrt.model import Model
+            model = Model(model_path, **({"n_threads": threads} if threads else {}))
+        ctx = int(ctx_size or model.n_ctx)
+        keep_engine = 4 if n_keep == "auto" else int(n_keep)
+        engine = Engine(model, n_parallel=parallel, ctx_size=ctx, n_keep=keep_engine,
+                        n_discard=n_discard, n_batch=n_batch, max_queue=max_queue,
+                        queue_timeout=timeout, n_predict=n_predict, prefill_chunk=prefill_chunk)
+        try:
+            template = (ChatTemplate.for_model(model, chat_template)
+                        if model.tokenizer is not None else None)
+            name = alias or os.path.basename(str(model.path))
+            if slot_save_path is not None:
+                os.makedirs(slot_save_path, exist_ok=True)
+            app = create_app(engine, name, template, n_keep=n_keep, max_body_bytes=max_body_bytes,
+                             slot_save_path=slot_save_path)
+            log.info("llmrt: serving %s on http://%s:%d (%d slots of %d cells, n_keep %s)", name,
+                     host, socks[0].getsockname()[1], parallel, ctx, n_keep)
+            config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5)
+            uvicorn.Server(config).run(sockets=socks)
+        finally:
+            engine.close()
     finally:
-        engine.close()
+        for sock in socks:
+            sock.close()

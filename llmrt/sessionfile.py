@@ -35,6 +35,7 @@ from typing import Optional
 import numpy as np
 
 from llmrt.atomic import atomic_file
+from llmrt.checks import C_INT_MAX, is_int
 
 MAGIC = b"LLMRTSES"
 VERSION = 1
@@ -203,13 +204,6 @@ _KV_MAGIC = 0x31564B4C               # csrc/kv_cache.c's STATE_MAGIC: a cache im
                                      # n_layer and n_ctx (int32 each)
 _SAMPLER_PARAMS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
                    "frequency_penalty", "presence_penalty", "seed")
-_INT_MAX = 2**31 - 1
-
-
-def is_int(v, lo=None, hi=None) -> bool:
-    """v is a JSON integer (not a bool) within [lo, hi]."""
-    return (isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo)
-            and (hi is None or v <= hi))
 
 
 def is_ids(v, n_vocab: int) -> bool:
@@ -230,12 +224,12 @@ def _check_header(h, path, n_vocab: int) -> None:
     need(isinstance(h.get("model"), dict) and isinstance(h["model"].get("fingerprint"), str), "model")
     s = h.get("session")
     need(isinstance(s, dict), "session")
-    need(is_int(s.get("n_ctx"), 1, _INT_MAX), "session.n_ctx")
+    need(is_int(s.get("n_ctx"), 1, C_INT_MAX), "session.n_ctx")
     need(isinstance(s.get("kv_dtype"), str), "session.kv_dtype")
     from llmrt.model import KV_MODES
     need(s.get("kv_mode") in KV_MODES, "session.kv_mode")
     for k in ("n_keep", "n_discard"):
-        need(is_int(s.get(k), -1, _INT_MAX), f"session.{k}")
+        need(is_int(s.get(k), -1, C_INT_MAX), f"session.{k}")
     for k in ("n_evicted", "n_shifts"):
         need(is_int(s.get(k, 0), 0), f"session.{k}")
     t = s.get("tokens")

@@ -39,6 +39,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from llmrt.checks import is_int
 from llmrt.errors import ModelFormatError
 
 log = logging.getLogger("llmrt")
@@ -618,7 +619,7 @@ class Tokenizer:
     def _id(self, i) -> int:
         """i as a token id of this vocabulary: TypeError for a non-integer, ValueError outside
         [0, n_vocab) (a negative id is not counted from the end)."""
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+        if not is_int(i):
             raise TypeError(f"a token id must be an int, got {i!r} ({type(i).__name__})")
         if not 0 <= i < self.n_vocab:
             raise ValueError(f"token id {i} is out of range for a vocabulary of {self.n_vocab}")

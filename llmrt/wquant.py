@@ -54,6 +54,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from llmrt import _core
+from llmrt.checks import is_int
 from llmrt.progress import Progress
 
 log = logging.getLogger("llmrt")
@@ -127,7 +128,7 @@ def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = 
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)} (or None), "
                          f"got {weight_dtype!r}")
     gs = 32 if group_size is None else group_size
-    if isinstance(gs, bool) or not isinstance(gs, (int, np.integer)):   # 32.9 is not 32
+    if not is_int(gs):   # 32.9 is not 32
         gs = None
     if gs not in GROUP_SIZES:
         raise ValueError(f"group_size must be one of {', '.join(map(str, GROUP_SIZES))} "
@@ -135,6 +136,9 @@ def make_config(weight_dtype: Optional[str] = None, group_size: Optional[int] = 
     sc = _choice("scheme", scheme, "sym", SCHEMES)
     cd = _choice("compute_dtype", compute_dtype, "int8", COMPUTE_DTYPES)
     rd = _choice("rounding", rounding, "imatrix", ROUNDINGS)
+    if wd == "int8" and rounding is not None and rd != "minmax":
+        raise ValueError(f"rounding {rd!r} is for int4 scales: int8 is always min/max "
+                         "(leave rounding unset, or 'minmax')")
     if quantize_output is not None and not isinstance(quantize_output, (bool, np.bool_)):
         raise TypeError(f"quantize_output must be True or False (or None), got {quantize_output!r}")
     return WQConfig(wd, int(gs), sc, cd, rd, bool(quantize_output))

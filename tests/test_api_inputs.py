@@ -60,11 +60,17 @@ def test_one_stop_string_is_not_split_into_characters(smol):
 ])
 def test_token_ids_are_checked(smol, ids, err, msg):
     """Token ids were coerced (bytes as their values, floats truncated, digit strings parsed, a
-    set in hash order, a batch of two flattened into one sequence, uint64 2^64-1 named "-1")."""
+    set in hash order, a batch of two flattened into one sequence, uint64 2^64-1 named "-1"),
+    also by llmrt.generation.generate called directly on a session."""
     with pytest.raises(err, match=msg):
         greedy(smol, ids, n=2)
     with pytest.raises(err, match=msg):
         smol(ids)
+    if "out of range" not in msg:    # the range is checked by the session when it evaluates
+        s = smol.new_session(64)
+        with pytest.raises(err, match=msg):
+            generate(s, ids, smol.tokenizer, max_new_tokens=2, temperature=0.0)
+        assert s.tokens == []
 
 
 def test_token_ids_in_every_accepted_form_give_the_same_result(smol):
@@ -212,3 +218,37 @@ def test_a_template_whose_code_fails_is_a_clear_error():
     for src, name in (("{{ 1 / 0 }}", "ZeroDivisionError"), ("{{ messages[5]['content'] }}", "")):
         with pytest.raises(ValueError, match=r"\[chat template\] custom.*" + name):
             ChatTemplate(src).render([{"role": "user", "content": "hi"}])
+
+
+class _Bar:
+    """A stand-in for llmrt.progress.Progress: records its total and updates."""
+
+    def __init__(self, total):
+        self.total, self.updates = total, []
+        _Bar.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n):
+        self.updates.append(n)
+
+
+def test_prefill_progress_counts_the_ids_it_evaluates(smol):
+    """`llmrt generate -f` of a long prompt shows a bar: prefill(progress=...) makes one for the
+    ids it evaluates (a reused prefix is not counted) and the session updates it per graph run;
+    the logits are those of a prefill without it."""
+    from llmrt.generation import prefill
+    from llmrt.model import N_BATCH
+    ids = (IDS * 400)[:2 * N_BATCH + 37]
+    _Bar.made = []
+    a, b = smol.new_session(4096), smol.new_session(4096)
+    np.testing.assert_array_equal(prefill(a, ids, progress=_Bar), prefill(b, ids))
+    bar, = _Bar.made
+    assert bar.total == len(ids) and bar.updates == [N_BATCH, N_BATCH, 37]
+    more = ids + IDS
+    np.testing.assert_array_equal(prefill(a, more, progress=_Bar), prefill(b, more))
+    assert (_Bar.made[1].total, _Bar.made[1].updates) == (len(IDS), [len(IDS)])

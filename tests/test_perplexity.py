@@ -271,6 +271,70 @@ def test_cli_errors_are_one_line(tiny_path, args, msg):
     assert "Traceback" not in r.output
 
 
+def test_cli_stream_options_need_kv_mode(tiny_path):
+    """--n-keep / --n-discard / --batch were silently ignored by the dense evaluation."""
+    r = run_cli(tiny_path, "-f", str(TEXT), "-c", "16", "--max-tokens", "64", "--n-keep", "8",
+                "--batch", "4")
+    assert r.exit_code == 2 and "--n-keep, --batch only apply with --kv-mode" in r.stderr
+
+
+class _InterruptAfter:
+    """A session whose eval raises KeyboardInterrupt (Ctrl-C) on its call number `n` + 1."""
+
+    def __init__(self, sess, n):
+        self._sess, self._left = sess, n
+
+    def __getattr__(self, name):
+        return getattr(self._sess, name)
+
+    def eval(self, *a, **kw):
+        if self._left == 0:
+            raise KeyboardInterrupt
+        self._left -= 1
+        return self._sess.eval(*a, **kw)
+
+
+def _interrupt_after(monkeypatch, n):
+    new = P._new_session
+    monkeypatch.setattr(P, "_new_session", lambda *a, **kw: _InterruptAfter(new(*a, **kw), n))
+
+
+@pytest.mark.parametrize("kv_mode, batch", [(None, 1), ("shift", 1), ("shift", 5)])
+def test_an_interrupted_run_keeps_what_it_scored(tiny, monkeypatch, kv_mode, batch):
+    """Ctrl-C during a run: PerplexityInterrupted (a KeyboardInterrupt) carries the tokens scored
+    so far, the same values as the whole run's first ones; nothing scored: result None."""
+    toks = random_ids(200, tiny.n_vocab, seed=3)
+    kw = dict(kv_mode=kv_mode, batch=batch, progress=False)
+    full = P.perplexity(tiny, toks, 16, **kw)
+    _interrupt_after(monkeypatch, 3)
+    with pytest.raises(KeyboardInterrupt) as e:
+        P.perplexity(tiny, toks, 16, **kw)
+    part = e.value.result
+    n = 3 * 7 if kv_mode is None else 3 * batch      # 3 chunks of 7 scored, or 3 batches
+    assert isinstance(e.value, P.PerplexityInterrupted) and part.n_tokens == n
+    np.testing.assert_array_equal(part.positions, full.positions[:n])
+    np.testing.assert_array_equal(part.nll, full.nll[:n])
+    if kv_mode is None:
+        assert part.running == full.running[:3] and part.n_chunks == 3
+    _interrupt_after(monkeypatch, 0)
+    with pytest.raises(P.PerplexityInterrupted) as e:
+        P.perplexity(tiny, toks, 16, **kw)
+    assert e.value.result is None
+
+
+def test_cli_prints_the_estimate_so_far_when_interrupted(tiny_path, tmp_path, monkeypatch):
+    """An interrupted run printed nothing but 'interrupted' (llama-perplexity prints each chunk as
+    it goes): now the estimate over what was scored, and --nll-csv gets those rows; exit 130."""
+    out_csv = tmp_path / "nll.csv"
+    _interrupt_after(monkeypatch, 2)
+    r = run_cli(tiny_path, "-f", str(TEXT), "-c", "16", "--max-tokens", "96", "--nll-csv", str(out_csv))
+    assert r.exit_code == 130 and "interrupted" in r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[-2].startswith("[1]") and lines[-2].count("[") == 2
+    assert lines[-1].startswith("Estimate so far: PPL = ") and "(14 tokens scored, dense" in lines[-1]
+    assert len(list(csv.DictReader(out_csv.open()))) == 14
+
+
 def test_cli_plot_needs_matplotlib(tiny_path, tmp_path, monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "matplotlib", None)      # import matplotlib -> ImportError

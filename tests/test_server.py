@@ -405,6 +405,26 @@ def test_cli_needs_a_model_file(tmp_path):
     assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_cli_refuses_a_busy_port_before_loading_the_model(tmp_path):
+    """A port in use was found only after the model had loaded (minutes for a big one): the
+    listening socket is now taken first, so the error names the port and the model file (here one
+    that does not exist) is never opened."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "llmrt", "serve", str(tmp_path / "missing.gguf"),
+                            "--port", str(port)], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in r.stderr
+    assert "missing.gguf" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "llmrt", "serve", str(tmp_path / "missing.gguf"),
+                        "--host", "no-such-host.invalid", "--port", str(_free_port())],
+                       capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert r.returncode == 1 and "cannot listen on no-such-host.invalid:" in r.stderr
+
+
 def test_slot_save_erase_restore(small_server):
     """llama.cpp's slot API: save the slot after a turn, erase it, restore it: the next turn is
     served from the restored cache with the same answer as before."""
@@ -458,3 +478,40 @@ def test_slot_busy_is_409(small_server):
                        timeout=TIMEOUT)
         assert r.status_code == 409 and r.json()["error"]["code"] == "slot_busy"
     assert not (small_server.slot_dir / "busy.bin").exists()
+
+
+def test_a_stream_that_fails_midway_ends_with_an_error_event_and_done():
+    """An engine step that fails while a stream runs: the tokens already sent, then an OpenAI
+    error event, then `data: [DONE]` (the stream used to end after the error event, and a client
+    that waits for [DONE] waited for the connection to close). In process: the app on an Engine
+    whose third step raises."""
+    from fastapi.testclient import TestClient
+
+    from llmrt import Model
+    from llmrt.engine import Engine
+    from llmrt.server import create_app
+
+    m = Model(real_model_path("smollm2-135m-instruct"), n_threads=2)
+    engine = Engine(m, n_parallel=1, ctx_size=256)
+    step, calls = engine._step, []
+
+    def failing_step():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected failure")
+        return step()
+
+    engine._step = failing_step
+    try:
+        client = TestClient(create_app(engine, "x", None))
+        with client.stream("POST", "/v1/completions", json={
+                "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0, "stream": True}) as r:
+            assert r.status_code == 200
+            events = [ln[len("data: "):] for ln in r.iter_lines() if ln.startswith("data: ")]
+    finally:
+        engine.close()
+    assert events[-1] == "[DONE]"
+    err = json.loads(events[-2])["error"]
+    assert err["type"] == "server_error", err
+    assert "injected failure" in err["message"]
+    assert 1 <= len(events[:-2]) < 32 and all("choices" in json.loads(e) for e in events[:-2])

@@ -564,10 +564,19 @@ def test_tied_token_embd_is_quantized(tmp_path):
     (dict(scheme="asym", compute_dtype="fp32"), "scheme, compute_dtype needs weight_dtype"),
     (dict(weight_dtype="int4", rounding="gptq"), "rounding must be one of imatrix, search, minmax"),
     (dict(quantize_output=True), "quantize_output needs weight_dtype"),
+    (dict(weight_dtype="int8", rounding="search"), "rounding 'search' is for int4 scales"),
+    (dict(weight_dtype="int8", rounding="imatrix"), "rounding 'imatrix' is for int4 scales"),
 ])
 def test_invalid_knobs(kw, match):
     with pytest.raises(ValueError, match=match):
         Model("/nonexistent.gguf", **kw)      # checked before the file is opened
+
+
+def test_int8_takes_minmax_rounding_only():
+    """int8 is always min/max: rounding="search" was accepted and ignored; "minmax" says what
+    int8 does and is accepted, as is no rounding at all."""
+    assert wquant.make_config("int8", rounding="minmax").rounding == "minmax"
+    assert wquant.make_config("int8").weight_dtype == "int8"
 
 
 def test_defaults():

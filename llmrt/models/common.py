@@ -4,11 +4,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmrt.checks import C_INT_MAX
 from llmrt.errors import ModelFormatError
 
 ROPE_NORM = 0   # pairs (2i, 2i+1): the llama family
 ROPE_NEOX = 2   # pairs (i, i + n_rot/2): Qwen, Gemma, ...
-INT_KEY_MAX = 2**31 - 1   # integer keys (sizes, counts, context lengths) go to C ints
 
 
 def _scalar(v, key, where):
@@ -48,8 +48,8 @@ class KeyReader:
             raise ModelFormatError(f"{self.where}: key {key} has a bad value {v!r:.60}") from None
         if kind is int and out < 0:
             raise ModelFormatError(f"{self.where}: key {key} is negative ({out})")
-        if kind is int and out > INT_KEY_MAX:
-            raise ModelFormatError(f"{self.where}: key {key} is too large ({out} > {INT_KEY_MAX})")
+        if kind is int and out > C_INT_MAX:
+            raise ModelFormatError(f"{self.where}: key {key} is too large ({out} > {C_INT_MAX})")
         if kind is float and not math.isfinite(out):
             raise ModelFormatError(f"{self.where}: key {key} is not finite ({out})")
         return out
