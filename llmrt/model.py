@@ -12,6 +12,7 @@ chat run past ctx_size in constant memory. `Model.generate` and the chat front e
 import functools
 import logging
 import os
+import re
 import threading
 from typing import Iterable, List, Optional, Sequence, Union
 
@@ -350,6 +351,7 @@ class Session:
 
 
 _UNBUILT = object()
+_BLOCK = re.compile(r"blk\.(\d+)\.")
 
 
 def _strip_ones(shape) -> tuple:
@@ -358,6 +360,49 @@ def _strip_ones(shape) -> tuple:
     while len(shape) > 1 and shape[-1] == 1:
         shape = shape[:-1]
     return shape
+
+
+def check_tensors(f: GGUFFile, family, hp, stacked_shapes: Optional[dict] = None) -> None:
+    """The tensors a model of this family and these hyperparameters needs are in `f` with the
+    shapes they must have, and no block lies past block_count: else a ModelFormatError naming
+    the tensor. stacked_shapes: {merged expert name: shape} of an old file's per-expert tensors.
+    (The loader's check; `llmrt quantize` runs it on its input too.)"""
+    stacked_shapes = stacked_shapes or {}
+    path, arch = f.path, f.architecture
+    for name in f.tensors:      # a block past block_count: a wrong key or a wrong tensor
+        m = _BLOCK.match(name)  # (llama.cpp refuses it too: a tensor it does not use)
+        if m and int(m.group(1)) >= hp.n_layer:
+            raise ModelFormatError(f"{path}: tensor {name} belongs to block {m.group(1)}, "
+                                   f"but {arch}.block_count is {hp.n_layer}")
+    expect = {
+        "token_embd.weight": (hp.n_embd, hp.n_vocab),
+        "output.weight": (hp.n_embd, hp.n_vocab),
+        "output_norm.weight": (hp.n_embd,),
+    }
+    q_out, k_out, v_out = hp.n_head * hp.head_dim_k, hp.n_head_kv * hp.head_dim_k, hp.n_head_kv * hp.head_dim_v
+    per_layer = {
+        "attn_norm.weight": (hp.n_embd,), "ffn_norm.weight": (hp.n_embd,),
+        "attn_q.weight": (hp.n_embd, q_out), "attn_k.weight": (hp.n_embd, k_out),
+        "attn_v.weight": (hp.n_embd, v_out), "attn_output.weight": (hp.n_head * hp.head_dim_v, hp.n_embd),
+        "attn_q.bias": (q_out,), "attn_k.bias": (k_out,), "attn_v.bias": (v_out,),
+        "attn_q_norm.weight": (hp.head_dim_k,), "attn_k_norm.weight": (hp.head_dim_k,),
+        "post_attention_norm.weight": (hp.n_embd,), "post_ffw_norm.weight": (hp.n_embd,),
+        "ffn_gate.weight": (hp.n_embd, hp.n_ff), "ffn_up.weight": (hp.n_embd, hp.n_ff),
+        "ffn_down.weight": (hp.n_ff, hp.n_embd),
+    }
+    if hasattr(hp, "tensor_shapes"):
+        per_layer.update(hp.tensor_shapes())
+    for name in family.required_tensors(hp):
+        t = f.tensors.get(name)
+        shape = tuple(t.shape) if t is not None else None
+        if t is None and name in stacked_shapes:
+            shape = tuple(stacked_shapes[name])
+        if shape is None:
+            raise ModelFormatError(f"{path}: missing tensor {name} (architecture {arch})")
+        want = expect.get(name) or per_layer.get(name.split(".", 2)[-1])
+        if want is not None and _strip_ones(shape) != _strip_ones(want):   # [n, 1] is [n]
+            raise ModelFormatError(
+                f"{path}: tensor {name} has shape {shape}, expected {want}")
 
 
 class Model:
@@ -465,36 +510,8 @@ class Model:
     # ---- loading checks --------------------------------------------------------------------
 
     def _check_tensors(self):
-        hp, f = self.hparams, self.gguf
-        expect = {
-            "token_embd.weight": (hp.n_embd, hp.n_vocab),
-            "output.weight": (hp.n_embd, hp.n_vocab),
-            "output_norm.weight": (hp.n_embd,),
-        }
-        q_out, k_out, v_out = hp.n_head * hp.head_dim_k, hp.n_head_kv * hp.head_dim_k, hp.n_head_kv * hp.head_dim_v
-        per_layer = {
-            "attn_norm.weight": (hp.n_embd,), "ffn_norm.weight": (hp.n_embd,),
-            "attn_q.weight": (hp.n_embd, q_out), "attn_k.weight": (hp.n_embd, k_out),
-            "attn_v.weight": (hp.n_embd, v_out), "attn_output.weight": (hp.n_head * hp.head_dim_v, hp.n_embd),
-            "attn_q.bias": (q_out,), "attn_k.bias": (k_out,), "attn_v.bias": (v_out,),
-            "attn_q_norm.weight": (hp.head_dim_k,), "attn_k_norm.weight": (hp.head_dim_k,),
-            "post_attention_norm.weight": (hp.n_embd,), "post_ffw_norm.weight": (hp.n_embd,),
-            "ffn_gate.weight": (hp.n_embd, hp.n_ff), "ffn_up.weight": (hp.n_embd, hp.n_ff),
-            "ffn_down.weight": (hp.n_ff, hp.n_embd),
-        }
-        if hasattr(hp, "tensor_shapes"):
-            per_layer.update(hp.tensor_shapes())
-        for name in self.family.required_tensors(hp):
-            t = f.tensors.get(name)
-            shape = tuple(t.shape) if t is not None else None
-            if t is None and name in self._stacked:
-                shape = tuple(self._stacked[name][2])
-            if shape is None:
-                raise ModelFormatError(f"{self.path}: missing tensor {name} (architecture {self.arch})")
-            want = expect.get(name) or per_layer.get(name.split(".", 2)[-1])
-            if want is not None and _strip_ones(shape) != _strip_ones(want):   # [n, 1] is [n]
-                raise ModelFormatError(
-                    f"{self.path}: tensor {name} has shape {shape}, expected {want}")
+        check_tensors(self.gguf, self.family, self.hparams,
+                      {n: tuple(v[2]) for n, v in self._stacked.items()})
 
     def _check_graph(self):
         """The forward pass built once at load on a one-token graph that packs nothing and is

@@ -52,10 +52,15 @@ def read_text(path) -> str:
 def token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """NLL of targets[i] under logits[i]: [n, n_vocab] f32, [n] -> [n] float64.
 
-    As llama.cpp's log_softmax: exps of (l - max) in f32, summed in f64."""
+    As llama.cpp's log_softmax: exps of (l - max) in f32, summed in f64. ValueError for logits
+    that are not finite (a broken model: its perplexity is no number)."""
     logits = np.asarray(logits, dtype=np.float32)
     targets = np.asarray(targets, dtype=np.int64)
     mx = logits.max(axis=1)                                              # [n]
+    if not np.isfinite(mx).all():       # NaN propagates through max; inf shows there too
+        raise ValueError(f"the model's logits are not finite (NaN or infinity) at "
+                         f"{int(np.sum(~np.isfinite(mx)))} of {len(mx)} positions: its weights or "
+                         "activations are broken (a corrupt file?)")
     sum_exp = np.exp(logits - mx[:, None]).sum(axis=1, dtype=np.float64)  # [n]
     lt = logits[np.arange(len(targets)), targets]                        # [n]
     return -((lt - mx).astype(np.float64) - np.log(sum_exp))
@@ -183,12 +188,14 @@ def perplexity_dense(model, tokens, ctx_size: int, progress: Optional[bool] = No
     pos, nlls, running = [], [], []
     sum_nll, count = 0.0, 0
     t0 = time.perf_counter()
-    def result():
-        positions = np.concatenate(pos)
+
+    def result():           # the chunks finished so far (running[i] is appended last)
+        k = len(running)
+        positions = np.concatenate(pos[:k])
         return PerplexityResult(mode="dense", ctx_size=n_ctx, n_keep=None, n_discard=None,
                                 batch=None, positions=positions, tokens=toks[positions],
-                                nll=np.concatenate(nlls), seconds=time.perf_counter() - t0,
-                                n_chunks=len(running), running=running)
+                                nll=np.concatenate(nlls[:k]), seconds=time.perf_counter() - t0,
+                                n_chunks=k, running=running[:k])
 
     with Progress(total=n_chunk, desc="perplexity", unit="chunk", enabled=progress) as bar, \
             _keep_on_interrupt(lambda: result() if running else None):

@@ -44,7 +44,8 @@ import numpy as np
 
 from llmrt import quants
 from llmrt.atomic import atomic_file, writable_target
-from llmrt.gguf import GGUFFile
+from llmrt.errors import ModelFormatError
+from llmrt.gguf import SPLIT_EXPERT, GGUFFile
 from llmrt.progress import Progress
 
 log = logging.getLogger("llmrt")
@@ -366,6 +367,29 @@ class QuantizeResult:
                 + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
 
 
+def check_input(f: GGUFFile) -> None:
+    """IN read as the loader reads a model of its architecture (hyperparameters, the tensors it
+    needs and their shapes), so a file llmrt could not load is an error naming the key or tensor
+    before any work, not an output that fails at load. An architecture llmrt does not run is
+    quantized as it is (llama-quantize's rules need no more than the tensor names)."""
+    from llmrt.model import check_tensors
+    from llmrt.models import get_family
+
+    try:
+        family = get_family(f.architecture, where=str(f.path))
+    except ModelFormatError:
+        log.info("llmrt: architecture %r: quantized without llmrt's model checks", f.architecture)
+        return
+    hp = family.HParams.from_gguf(f)
+    stacked: dict = {}          # old Mixtral files: the merged shape of each layer's experts
+    for n, t in f.tensors.items():
+        m = SPLIT_EXPERT.match(n)
+        if m:
+            e = stacked.setdefault(f"blk.{m.group(1)}.ffn_{m.group(2)}_exps.weight", [tuple(t.shape), 0])
+            e[1] += 1
+    check_tensors(f, family, hp, {k: shape + (n,) for k, (shape, n) in stacked.items()})
+
+
 def quantize_file(in_path, out_path, qtype: str, n_threads: int = 1,
                   progress: Optional[bool] = None) -> QuantizeResult:
     """Quantize a GGUF file to TYPE `qtype` (see the module doc)."""
@@ -381,6 +405,7 @@ def quantize_file(in_path, out_path, qtype: str, n_threads: int = 1,
     t0 = time.perf_counter()
     f = GGUFFile(in_path)
     try:
+        check_input(f)
         plan = plan_types(f, q)
         requant = sorted({t.type_name for n, t in f.tensors.items()
                           if t.type not in FLOAT_TYPES and plan[n] != t.type_name})

@@ -100,10 +100,12 @@ class Sampler:
             return logits
         ids, counts = np.unique(last, return_counts=True)    # ids: [u], counts: [u]
         out = logits.copy()
-        v = out[ids]
+        v = out[ids].astype(np.float64)
         v = np.where(v <= 0, v * self.repeat_penalty, v / self.repeat_penalty)
         v = v - counts * self.frequency_penalty - self.presence_penalty
-        out[ids] = v
+        # a tiny repeat_penalty (1e-30) or huge penalties would overflow float32 to inf (and the
+        # softmax to NaN): they saturate at float32's largest value instead
+        out[ids] = np.clip(v, -_F32_MAX, _F32_MAX)
         return out
 
     def sample(self, logits, prev_ids: Sequence[int] = ()) -> int:
@@ -112,6 +114,11 @@ class Sampler:
         if x.ndim != 1 or x.shape[0] == 0:
             raise ValueError(f"[Sampler.sample] logits must be 1-D and non-empty, got shape "
                              f"{x.shape}")
+        top = x.max()               # NaN if any is NaN
+        if not np.isfinite(top):
+            raise ValueError("[Sampler.sample] the logits are not finite (NaN or infinity): the "
+                             "model's weights or activations are broken (a corrupt file?), nothing "
+                             "can be sampled")
         x = self.apply_penalties(x, prev_ids)
         if self.greedy:
             return int(np.argmax(x))
@@ -119,7 +126,9 @@ class Sampler:
         ids, lg = top_p_min_p_filter(ids, lg, self.top_p, self.min_p)
         if ids.shape[0] == 1:
             return int(ids[0])
-        p = softmax(lg / np.float32(self.temperature))
+        # (lg - max) / T in float64: a tiny T (1e-40) gives the greedy choice, not an overflow
+        with np.errstate(over="ignore"):    # -> -inf: probability 0
+            p = softmax((lg.astype(np.float64) - np.max(lg)) / self.temperature)
         # one draw: first index whose cumulative probability exceeds u * total
         c = np.cumsum(p, dtype=np.float64)
         i = int(np.searchsorted(c, self.rng.random() * c[-1], side="right"))
@@ -127,6 +136,9 @@ class Sampler:
 
 
 # ---- the filters, on (ids, logits) candidate arrays --------------------------------------------
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
 
 def softmax(lg: np.ndarray) -> np.ndarray:
     """Probabilities of logits `lg` ([m]), max-subtracted, float64."""

@@ -37,6 +37,9 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 SAMPLING_DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05}
 
 
+DISCONNECT_POLL_S = 0.5   # how often a non-streamed request looks for a client that left
+
+
 class APIError(Exception):
     """An error answered as OpenAI does: status, {"error": {message, type, param, code}}."""
 
@@ -92,8 +95,8 @@ def parse_common(body: dict, n_ctx: int) -> dict:
     if body.get("logprobs") not in (None, False) or body.get("top_logprobs") not in (None, 0):
         raise APIError(400, "logprobs are not supported", param="logprobs")
     kw: dict[str, Any] = {}
-    mt = body.get("max_completion_tokens", body.get("max_tokens"))
-    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    mt = body.get(name)                 # (a null max_completion_tokens is absent, not a limit)
     if mt is not None:
         kw["max_tokens"] = _num({name: mt}, name, 1, 1 << 30, integer=True)
     kw["temperature"] = _num(body, "temperature", 0.0, 2.0, SAMPLING_DEFAULTS["temperature"])
@@ -205,7 +208,9 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.requests import ClientDisconnect
 
     from llmrt.chat import ChatTemplate, auto_keep, encode_chat
     from llmrt.engine import QueueFull
@@ -276,12 +281,33 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         log.exception("llmrt: internal error")
         return error_response(APIError(500, f"internal error: {type(e).__name__}"))
 
-    @app.middleware("http")
-    async def _count(request, call_next):
-        response = await call_next(request)
-        route = request.scope.get("route")      # the route's template, not the raw path
-        http_requests.labels(getattr(route, "path", "other"), str(response.status_code)).inc()
-        return response
+    class CountRequests:
+        """Counts HTTP requests by route and status. A plain ASGI middleware (Starlette's
+        @app.middleware("http") wraps `receive` in its own, which request.is_disconnected()
+        reads through, and it never counted a request that raised). A request that fails
+        before its response starts is counted as the 500 it becomes."""
+
+        def __init__(self, app):
+            self.app = app
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] != "http":
+                await self.app(scope, receive, send)
+                return
+            status = []
+
+            async def send_counted(message):
+                if message["type"] == "http.response.start":
+                    status.append(message["status"])
+                await send(message)
+            try:
+                await self.app(scope, receive, send_counted)
+            finally:
+                route = scope.get("route")      # the route's template, not the raw path
+                http_requests.labels(getattr(route, "path", "other"),
+                                     str(status[0] if status else 500)).inc()
+
+    app.add_middleware(CountRequests)
 
     async def read_json(request: Request) -> dict:
         cl = request.headers.get("content-length")
@@ -293,11 +319,14 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             except ValueError:
                 raise APIError(400, "invalid Content-Length header") from None
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body_bytes:
-                raise APIError(413, f"the request body is more than {max_body_bytes} bytes")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_body_bytes:
+                    raise APIError(413, f"the request body is more than {max_body_bytes} bytes")
+                chunks.append(chunk)
+        except ClientDisconnect:            # gone before its body arrived: nothing to log
+            raise APIError(499, "the client disconnected before sending the whole body") from None
         raw = b"".join(chunks)
         try:
             text = raw.decode("utf-8")
@@ -310,6 +339,8 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                                 f"column {e.colno}") from None
         except RecursionError:          # json.loads recurses per nesting level
             raise APIError(400, "the request body is nested too deeply") from None
+        except ValueError as e:         # e.g. an integer of more than 4300 digits
+            raise APIError(400, f"the request body is not valid JSON: {e}") from None
         if not isinstance(body, dict):
             raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
         _check_unicode(body)
@@ -346,14 +377,21 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
 
         if not stream:
             parts = []
+            checked = loop.time()
             try:
                 while True:
                     try:
-                        kind, payload = await asyncio.wait_for(aq.get(), timeout=0.5)
+                        kind, payload = await asyncio.wait_for(aq.get(), timeout=DISCONNECT_POLL_S)
                     except asyncio.TimeoutError:
+                        kind = None
+                    # every DISCONNECT_POLL_S, tokens flowing or not (they arrive faster than
+                    # that, and a client that gave up must not keep its slot generating)
+                    if loop.time() - checked >= DISCONNECT_POLL_S:
+                        checked = loop.time()
                         if await request.is_disconnected():
                             req.cancel()
                             return Response(status_code=499)
+                    if kind is None:
                         continue
                     if kind == "text":
                         parts.append(payload)
@@ -442,12 +480,18 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         body = await read_json(request)
         kw = parse_common(body, engine.n_ctx)
         messages = parse_messages(body)
-        try:
-            text = template.render(messages, add_generation_prompt=True)
-        except ValueError as e:         # e.g. a template that insists on alternating roles
-            raise APIError(400, str(e), param="messages") from None
-        ids = encode_chat(tok, text)
-        kw.setdefault("n_keep", pick_keep(ids, messages))
+
+        def prompt_ids():
+            try:
+                text = template.render(messages, add_generation_prompt=True)
+            except ValueError as e:     # e.g. a template that insists on alternating roles
+                raise APIError(400, str(e), param="messages") from None
+            ids = encode_chat(tok, text)
+            return ids, (kw["n_keep"] if "n_keep" in kw else pick_keep(ids, messages))
+
+        # a long conversation takes a while to render and tokenize: off the event loop, which
+        # keeps serving every other client meanwhile
+        ids, kw["n_keep"] = await run_in_threadpool(prompt_ids)
         return await run(request, ids, kw, body, chat=True)
 
     @app.post("/v1/completions")
@@ -462,7 +506,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 raise APIError(400, "this model has no tokenizer: send token ids", param="prompt")
             if not prompt:
                 raise APIError(400, "'prompt' is empty", param="prompt")
-            ids = tok.encode(prompt, add_special=True)
+            ids = await run_in_threadpool(tok.encode, prompt, add_special=True)
         elif isinstance(prompt, list) and prompt and all(
                 isinstance(i, int) and not isinstance(i, bool) for i in prompt):
             bad = [i for i in prompt if not 0 <= i < model.n_vocab]

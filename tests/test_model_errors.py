@@ -1,5 +1,7 @@
 """Bad input to Model gets a clear error (ModelFormatError / ValueError naming the problem), never a
 crash: unknown architecture, missing or mis-shaped tensors, bad token ids, a full context."""
+import re
+
 import gguf
 import numpy as np
 import pytest
@@ -188,7 +190,13 @@ BAD_KV = [
     ({"{arch}.block_count": (2**32 - 1, VT.UINT32)}, r"block_count is too large"),
     ({"{arch}.attention.key_length": (0, VT.UINT32)}, r"head size must be > 0"),
     ({"{arch}.attention.head_count": (32, VT.UINT32)}, r"head size must be > 0"),   # embedding 16 // 32 heads
-    ({"{arch}.block_count": (float("inf"), VT.FLOAT32)}, r"block_count has a bad value inf"),
+    ({"{arch}.block_count": (float("inf"), VT.FLOAT32)}, r"block_count must be an integer, got inf \(float\)"),
+    # a count of another GGUF type was coerced (1.5 -> 1, True -> 1, "16" -> 16): llama.cpp checks types
+    ({"{arch}.context_length": (1.5, VT.FLOAT32)}, r"context_length must be an integer, got 1.5 \(float\)"),
+    ({"{arch}.block_count": (True, VT.BOOL)}, r"block_count must be an integer, got True \(bool\)"),
+    ({"{arch}.embedding_length": ("16", VT.STRING)}, r"embedding_length must be an integer, got '16' \(str\)"),
+    ({"{arch}.attention.head_count": (["4", "4"], VT.ARRAY, VT.STRING)}, r"head_count must be an integer, got '4'"),
+    ({"{arch}.rope.freq_base": ("1e4", VT.STRING)}, r"rope.freq_base must be a number, got '1e4' \(str\)"),
     ({"{arch}.attention.head_count": ([[1, 2], [3]], VT.ARRAY, VT.ARRAY)}, r"head_count is not a number or an array"),
     ({"{arch}.context_length": (2**32 - 1, VT.UINT32)}, r"context_length is too large"),
     ({"{arch}.rope.scaling.original_context_length": (2**32, VT.UINT64)}, r"original_context_length is too large"),
@@ -198,6 +206,7 @@ BAD_KV = [
     ({"{arch}.rope.dimension_count": (0, VT.UINT32)}, r"rope.dimension_count \(0\) must be even, > 0"),
     ({"{arch}.rope.freq_base": (0.0, VT.FLOAT32)}, r"rope.freq_base must be > 0"),
     ({"{arch}.rope.scaling.factor": (3e38, VT.FLOAT32)}, r"rope.scaling.factor .* is out of range"),
+    ({"{arch}.rope.scaling.factor": (-2.0, VT.FLOAT32)}, r"rope.scaling.factor must be > 0 \(or 0: none\), got -2.0"),
     ({"{arch}.rope.scaling.type": (["yarn"], VT.ARRAY, VT.STRING)}, r"rope.scaling.type must be a string"),
     ({"{arch}.attention.layer_norm_rms_epsilon": (-1.0, VT.FLOAT32)}, r"layer_norm_rms_epsilon must be >= 0"),
 ]
@@ -209,6 +218,14 @@ def test_block_count_needs_every_block(tmp_path):
     path = _write(tmp_path / "m.gguf", kv={"{arch}.block_count": (10**8, VT.UINT32)},
                   extra={"blk.99999999.x.weight": np.zeros(1, np.float32)})
     with pytest.raises(ModelFormatError, match=r"block_count is 100000000 but the file has tensors of 2 blocks"):
+        Model(path, n_threads=1, ctx_size=16)
+
+
+def test_a_block_past_block_count_is_an_error(tmp_path):
+    """block_count smaller than the file's blocks ran fewer layers (the last ones' tensors unused)."""
+    path = _write(tmp_path / "m.gguf", extra={"blk.1.attn_norm.weight": np.ones(16, np.float32)})
+    with pytest.raises(ModelFormatError, match=r"tensor blk.1.attn_norm.weight belongs to block 1, "
+                                               r"but llama.block_count is 1"):
         Model(path, n_threads=1, ctx_size=16)
 
 
@@ -242,3 +259,25 @@ def test_bad_tokenizer_metadata_is_a_clear_error():
             Tokenizer.from_gguf({**base, **change})
     # an array where a string is expected is ignored as llama.cpp ignores a key of the wrong type
     assert Tokenizer.from_gguf({**base, "general.name": ["a", "b"]}).n_vocab == n
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(extra={"blk.1.attn_norm.weight": np.ones(16, np.float32)}), r"belongs to block 1, but llama.block_count is 1"),
+    (dict(kv={"{arch}.attention.head_count": (2.0, VT.FLOAT32)}), r"head_count must be an integer, got 2.0"),
+    (dict(drop=("blk.0.ffn_down.weight",)), r"missing tensor blk.0.ffn_down.weight"),
+], ids=["block-past-count", "float-count", "missing-tensor"])
+def test_quantize_refuses_what_the_loader_refuses(tmp_path, kw, msg):
+    """`llmrt quantize` wrote outputs for broken inputs (a float head count made it print
+    "invalid literal for int()"; others gave files that then failed at load): now IN is checked
+    as the loader checks it, before anything is written."""
+    from click.testing import CliRunner
+
+    from llmrt.cli import main
+    path = _write(tmp_path / "m.gguf", **kw)
+    with pytest.raises(ModelFormatError, match=msg):
+        Model(path, n_threads=1, ctx_size=16)
+    out = tmp_path / "q.gguf"
+    r = CliRunner().invoke(main, ["quantize", str(path), str(out), "q8_0"], env={"LLMRT_PROGRESS": "0"})
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1
+    assert re.search(msg, r.stderr) and not out.exists()

@@ -377,3 +377,14 @@ def test_dense_ppl_matches_llamacpp(name, lvl):
         runtime.set_isa(before)
     assert r.n_tokens == ref["n_tokens"] and r.n_chunks == ref["n_chunks"]
     assert r.ppl == pytest.approx(ref["ppl"], rel=LLAMACPP_PPL_REL)
+
+
+def test_non_finite_logits_are_an_error_not_a_nan_perplexity():
+    """A broken model (NaN logits) printed PPL = nan and exited 0."""
+    lg = np.zeros((3, 5), np.float32)
+    lg[1, 2] = np.nan
+    with pytest.raises(ValueError, match="not finite .* at 1 of 3 positions"):
+        P.token_nll(lg, np.array([0, 1, 2]))
+    lg[1, 2] = np.inf
+    with pytest.raises(ValueError, match="not finite"):
+        P.token_nll(lg, np.array([0, 1, 2]))

@@ -226,3 +226,41 @@ def test_bad_input():
         Sampler(repeat_penalty=0.0)
     with pytest.raises(ValueError, match="NaN"):
         Sampler(top_p=float("nan"))
+
+
+# ---- extreme values (found by fuzzing the server) ------------------------------------------------
+
+def test_non_finite_logits_are_a_clear_error():
+    """A broken model (a NaN router row, an inf embedding) gave NaN logits: greedy returned id 0
+    every step and the default chain an IndexError from the top-p cut."""
+    x = np.zeros(8, np.float32)
+    for bad in (np.nan, np.inf):
+        x[3] = bad
+        for s in (Sampler(temperature=0.0), Sampler(seed=0), Sampler(top_k=0, top_p=1.0, min_p=0.0, seed=0)):
+            with pytest.raises(ValueError, match="logits are not finite"):
+                s.sample(x, [])
+    with pytest.raises(ValueError, match="logits are not finite"):
+        Sampler(seed=0).sample(np.full(8, -np.inf, np.float32), [])
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 5e-324])
+def test_a_tiny_temperature_is_greedy(temperature):
+    """lg / T overflowed float32 (inf, then NaN in the softmax) and sampled a wrong token."""
+    x = np.random.default_rng(3).normal(size=500).astype(np.float32) * 4
+    with np.errstate(over="raise", invalid="raise", divide="raise"):   # no inf / NaN on the way
+        got = {Sampler(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=s).sample(x, [])
+               for s in range(20)}
+    assert got == {int(np.argmax(x))}
+
+
+def test_extreme_penalties_saturate_instead_of_overflowing():
+    """repeat_penalty 1e-300 divided a positive logit by zero in float32 (inf, then NaN)."""
+    x = np.array([1.0, 2.0, 0.5, -1.0], np.float32)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        s = Sampler(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1e-300, seed=0)
+        out = s.apply_penalties(x, [2, 3])
+        assert np.isfinite(out).all() and out[2] == np.finfo(np.float32).max
+        assert out[3] == np.float32(-1e-300)     # negative: multiplied, tends to 0
+        assert {s.sample(x, [2, 3]) for _ in range(20)} == {2}
+        big = Sampler(temperature=0.8, frequency_penalty=3e38, presence_penalty=3e38, seed=0)
+        assert np.isfinite(big.apply_penalties(x, [1, 1])).all()

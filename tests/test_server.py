@@ -264,6 +264,54 @@ def test_disconnect_frees_the_slot(server):
     assert server.metrics()['llmrt_requests_finished_total{reason="cancelled"}'] >= 1
 
 
+@pytest.mark.parametrize("route, body", [
+    ("/v1/completions", {"prompt": "Once upon a time"}),
+    ("/v1/chat/completions", {"messages": MSG}),
+], ids=["completions", "chat"])
+def test_a_non_streamed_client_that_leaves_frees_its_slot(server, route, body):
+    """A client that gave up on a non-streamed request (its timeout) left the request generating
+    on its slot to the end (here: never), because the metrics middleware hid the disconnect; two
+    such requests wedged a two-slot server."""
+    before = server.metrics().get('llmrt_requests_finished_total{reason="cancelled"}', 0)
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(server.url + route, timeout=2, json={**body, "max_tokens": 100000, "ignore_eos": True})
+    t0 = time.monotonic()
+    while server.health()["slots_processing"] and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    assert server.health()["slots_processing"] == 0
+    assert server.metrics()['llmrt_requests_finished_total{reason="cancelled"}'] == before + 1
+
+
+def test_null_max_completion_tokens_keeps_max_tokens(server):
+    """"max_completion_tokens": null hid "max_tokens" (an unbounded generation)."""
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
+        "prompt": "Once upon a time", "max_tokens": 5, "max_completion_tokens": None, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
+
+
+def test_bodies_that_failed_inside_the_json_parser(server):
+    """An integer of 5000 digits is a ValueError of json.loads (not a JSONDecodeError): it was a
+    500 with a traceback in the log, and the 500 was not counted in /metrics."""
+    big = "1" * 5000
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, headers={"content-type": "application/json"},
+                   content=f'{{"prompt": "hi", "x": {big}}}')
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    assert "Traceback" not in server.log.read_text()
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_not_an_internal_error(server):
+    before = server.log.read_text()
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+        time.sleep(0.2)
+        s.close()
+    time.sleep(0.5)
+    new = server.log.read_text()[len(before):]
+    assert "internal error" not in new and "Traceback" not in new
+    assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+
+
 def test_conversation_longer_than_the_context(small_server):
     """-c 96: a conversation of several hundred tokens keeps being answered."""
     msgs = [{"role": "system", "content": "You are terse."}]
@@ -515,3 +563,30 @@ def test_a_stream_that_fails_midway_ends_with_an_error_event_and_done():
     assert err["type"] == "server_error", err
     assert "injected failure" in err["message"]
     assert 1 <= len(events[:-2]) < 32 and all("choices" in json.loads(e) for e in events[:-2])
+
+
+def test_an_internal_error_is_a_500_and_is_counted():
+    """A request that raised inside a route was answered 500 but missing from
+    llmrt_http_requests_total (the counting middleware never saw a response). In process: an
+    Engine whose submit fails."""
+    from fastapi.testclient import TestClient
+
+    from llmrt import Model
+    from llmrt.engine import Engine
+    from llmrt.server import create_app
+
+    m = Model(real_model_path("smollm2-135m-instruct"), n_threads=2)
+    engine = Engine(m, n_parallel=1, ctx_size=256)
+
+    def broken_submit(*a, **kw):
+        raise RuntimeError("injected")
+
+    engine.submit = broken_submit
+    try:
+        client = TestClient(create_app(engine, "x", None), raise_server_exceptions=False)
+        r = client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
+        metrics = client.get("/metrics").text
+    finally:
+        engine.close()
+    assert r.status_code == 500 and r.json()["error"]["message"] == "internal error: RuntimeError"
+    assert 'llmrt_http_requests_total{route="/v1/completions",status="500"} 1.0' in metrics

@@ -32,7 +32,7 @@ def get_family(arch: str, where: str = ""):
     mod = FAMILIES.get(arch)
     if mod is None:
         loc = f"{where}: " if where else ""
-        shown = repr(arch) if arch else "(missing general.architecture)"
+        shown = repr(arch) if arch else "(general.architecture is missing or not a string)"
         raise ModelFormatError(
             f"{loc}unsupported architecture {shown}; llmrt supports: {', '.join(SUPPORTED_ARCHITECTURES)}")
     return importlib.import_module(f"llmrt.models.{mod}")

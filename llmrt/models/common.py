@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmrt.checks import C_INT_MAX
+from llmrt.checks import C_INT_MAX, is_int
 from llmrt.errors import ModelFormatError
 
 ROPE_NORM = 0   # pairs (2i, 2i+1): the llama family
@@ -42,6 +42,15 @@ class KeyReader:
                 raise ModelFormatError(f"{self.where}: missing required key {key}")
             return default
         v = _scalar(v, key, self.where)
+        # the GGUF value's own type: 1.5, True or "8" for a count is a broken file, not 1 or 8
+        # (llama.cpp checks the key's type too)
+        bad_int = kind is int and not is_int(v)
+        if bad_int or kind is float and (isinstance(v, (bool, np.bool_)) or not isinstance(
+                v, (int, float, np.integer, np.floating))):
+            shown = v.item() if isinstance(v, np.generic) else v    # '4', not np.str_('4')
+            raise ModelFormatError(f"{self.where}: key {key} must be "
+                                   f"{'an integer' if bad_int else 'a number'}, got "
+                                   f"{shown!r:.60} ({type(shown).__name__})")
         try:
             out = kind(v)
         except (TypeError, ValueError, OverflowError):
@@ -86,6 +95,9 @@ def read_rope(r: KeyReader, n_rot: int, mode: int, n_ctx_train: int) -> RopePara
     # llama.cpp: rope.scaling.factor (older files: rope.scale_linear); freq_scale = 1/factor;
     # a missing scaling type means linear.
     factor = r.get("rope.scaling.factor", 0.0) or r.get("rope.scale_linear", 0.0)
+    if factor < 0:              # llama.cpp would rotate backwards (freq_scale 1/factor < 0)
+        raise ModelFormatError(f"{r.where}: {r.arch}.rope.scaling.factor must be > 0 (or 0: "
+                               f"none), got {factor}")
     rp.freq_scale = 1.0 / factor if factor > 0 else 1.0
     if not 1e-30 < rp.freq_scale < 1e30:       # an f32 in the kernels: 0 or inf there
         raise ModelFormatError(f"{r.where}: {r.arch}.rope.scaling.factor {factor} is out of range")

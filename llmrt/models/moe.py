@@ -60,12 +60,24 @@ def read_moe_hparams(r, f, fields: dict, norm: bool, required: bool = False) -> 
         name = next((n for n in ("blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate.0.weight") if n in f.tensors), None)
         n_ff_exp = _dim(f, name, 1) if name is not None else fields["n_ff"]
     n_ff_shexp = r.get("expert_shared_feed_forward_length", 0, kind=int)
-    if n_ff_shexp == 0 and "blk.0.ffn_gate_shexp.weight" in f.tensors:
-        n_ff_shexp = _dim(f, "blk.0.ffn_gate_shexp.weight", 1)
+    if n_ff_shexp == 0:         # sized by the first layer that has one (then every layer must)
+        shexp = sorted((t for t in f.tensors if "_shexp." in t), key=_block_order)
+        gate = next((t for t in shexp if t.endswith(".ffn_gate_shexp.weight")), None)
+        if gate is not None:
+            n_ff_shexp = _dim(f, gate, 1)
+        elif shexp:
+            raise ModelFormatError(f"{r.where}: tensor {shexp[0]} belongs to a shared expert, but "
+                                   "no layer has its ffn_gate_shexp.weight")
     if n_ff_exp <= 0:
         raise ModelFormatError(f"{r.where}: no expert FFN size ({r.arch}.expert_feed_forward_length)")
     return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp, n_ff_shexp=n_ff_shexp,
                 expert_norm=norm)
+
+
+def _block_order(name: str):
+    """blk.10.x after blk.9.x (then by name)."""
+    parts = name.split(".")
+    return (int(parts[1]) if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit() else -1, name)
 
 
 def _dim(f, name: str, i: int) -> int:
