@@ -82,6 +82,20 @@ def _opt_type(body: dict, name: str, types, what: str):
     return v
 
 
+# OpenAI fields llmrt does not implement, each with the values that mean "not used"
+_UNSUPPORTED = (
+    ("tools", lambda v: v == [], "no tool calling"),
+    ("functions", lambda v: v == [], "no function calling"),
+    ("tool_choice", lambda v: v == "none", "no tool calling"),
+    ("function_call", lambda v: v == "none", "no function calling"),
+    ("response_format", lambda v: v == {"type": "text"}, "plain text only: no JSON mode or schema"),
+    ("logit_bias", lambda v: v == {}, "no logit bias"),
+    ("echo", lambda v: v is False, "the prompt is not echoed"),
+    ("suffix", lambda v: v == "", "no insertion after a suffix"),
+    ("best_of", lambda v: v == 1, "one completion per request"),
+)
+
+
 def parse_common(body: dict, n_ctx: int) -> dict:
     """The sampling and stopping fields shared by both completion routes -> engine kwargs."""
     if not isinstance(body, dict):
@@ -94,6 +108,10 @@ def parse_common(body: dict, n_ctx: int) -> dict:
     _num(body, "n", 1, 1, default=1, integer=True)      # one choice per request
     if body.get("logprobs") not in (None, False) or body.get("top_logprobs") not in (None, 0):
         raise APIError(400, "logprobs are not supported", param="logprobs")
+    for name, off, what in _UNSUPPORTED:   # a request that asks for them expects their effect:
+        v = body.get(name)                 # refused, not answered as if they were not there
+        if v is not None and not off(v):
+            raise APIError(400, f"'{name}' is not supported ({what})", param=name)
     kw: dict[str, Any] = {}
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     mt = body.get(name)                 # (a null max_completion_tokens is absent, not a limit)

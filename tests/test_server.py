@@ -366,6 +366,13 @@ BAD = [
     (json.dumps({"messages": MSG, "n": 2}).encode(), 400, "'n'"),
     (json.dumps({"messages": MSG, "seed": True}).encode(), 400, "seed"),
     (json.dumps({"messages": MSG, "logprobs": True}).encode(), 400, "logprobs"),
+    # fields whose effect a client expects were silently ignored
+    (json.dumps({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}).encode(),
+     400, "'tools' is not supported (no tool calling)"),
+    (json.dumps({"messages": MSG, "tool_choice": "required"}).encode(), 400, "'tool_choice' is not supported"),
+    (json.dumps({"messages": MSG, "response_format": {"type": "json_object"}}).encode(), 400,
+     "'response_format' is not supported (plain text only"),
+    (json.dumps({"messages": MSG, "logit_bias": {"5": 10}}).encode(), 400, "'logit_bias' is not supported"),
     # valid JSON, not Unicode: an unpaired surrogate escape (no tokenizer can take it)
     (b'{"messages": [{"role": "user", "content": "\\ud800 hi"}]}', 400,
      "messages[0].content has an unpaired UTF-16 surrogate"),
@@ -379,6 +386,19 @@ def test_bad_chat_requests(server, body, status, needle):
     assert r.status_code == status
     err = r.json()["error"]
     assert needle in err["message"] and err["type"] == "invalid_request_error"
+
+
+def test_unsupported_fields_at_their_off_values_are_accepted(server):
+    """What clients send by default (an empty tools list, response_format text, ...) is fine."""
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=TIMEOUT, json={
+        "messages": MSG, "max_tokens": 2, "tools": [], "tool_choice": "none", "logit_bias": {},
+        "response_format": {"type": "text"}})
+    assert r.status_code == 200, r.text
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
+        "prompt": "Hi", "max_tokens": 2, "echo": False, "suffix": "", "best_of": 1})
+    assert r.status_code == 200, r.text
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={"prompt": "Hi", "echo": True})
+    assert r.status_code == 400 and "'echo' is not supported" in r.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("body,needle", [
