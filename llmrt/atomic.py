@@ -64,7 +64,11 @@ def atomic_file(path, prefix: Optional[str] = None, suffix: str = ".tmp"):
         mode = stat.S_IMODE(os.stat(real).st_mode)
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=os.path.dirname(real))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=os.path.dirname(real))
+    except OSError:                 # name the file asked for, not the temporary's random name
+        writable_target(path)       # (no such directory / not writable: a ValueError)
+        raise
     os.close(fd)
     try:
         yield tmp

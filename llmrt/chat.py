@@ -26,9 +26,12 @@ re-tokenization differs from the sampled ids), the cache is cut back to the firs
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -59,6 +62,36 @@ def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False
                       sort_keys=sort_keys)
 
 
+MAX_RENDER_CHARS = 1 << 26   # what one '*' in a template may build (64 M characters or items)
+RENDER_SECONDS = 10.0        # a template that renders longer is stopped (they take milliseconds)
+
+
+class RenderTimeout(Exception):
+    pass
+
+
+def _render_budget(render, seconds: float = None):
+    """render() with a time limit: a line-level trace hook of this thread checks the clock, so a
+    template's loop of 10^10 steps (range() is capped, nested loops are not) ends in an error
+    instead of a hang (of `llmrt chat`, or of a server's worker)."""
+    limit = RENDER_SECONDS if seconds is None else seconds
+    deadline = time.monotonic() + limit
+    n = [0]
+
+    def tracer(frame, event, arg):
+        n[0] += 1
+        if n[0] & 255 == 0 and time.monotonic() > deadline:
+            raise RenderTimeout
+        return tracer
+
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        return render()
+    finally:
+        sys.settrace(before)
+
+
 @functools.lru_cache(maxsize=1)
 def _environment():
     from jinja2 import nodes
@@ -79,8 +112,27 @@ def _environment():
         def _render_body(self, caller):
             return caller()
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationTag, loopcontrols])
+    from jinja2.exceptions import SecurityError
+
+    class Environment(ImmutableSandboxedEnvironment):
+        """The sandbox (no attribute access outside the safe ones, range() <= 100000 items) plus
+        limits on what one operation may build: `"x" * 10**10` or `10**10**10` would run for
+        minutes inside a single C call, where the time budget (_render_budget) cannot stop it."""
+        intercepted_binops = frozenset(["*", "**"])
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    if isinstance(seq, (str, list, tuple)) and isinstance(n, int) \
+                            and len(seq) * n > MAX_RENDER_CHARS:
+                        raise SecurityError(f"'*' would build {len(seq) * n} items (more than "
+                                            f"{MAX_RENDER_CHARS})")
+            elif isinstance(left, int) and isinstance(right, int) and abs(left) > 1 \
+                    and right * max(abs(left).bit_length(), 1) > 1 << 16:
+                raise SecurityError("'**' would build a number of more than 65536 bits")
+            return super().call_binop(context, operator, left, right)
+
+    env = Environment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -133,8 +185,11 @@ class ChatTemplate:
         kw = {"bos_token": self.bos_token, "eos_token": self.eos_token}
         kw.update(extra)
         try:
-            return self._tmpl.render(messages=list(messages),
-                                     add_generation_prompt=add_generation_prompt, **kw)
+            return _render_budget(lambda: self._tmpl.render(
+                messages=list(messages), add_generation_prompt=add_generation_prompt, **kw))
+        except RenderTimeout:
+            raise ValueError(f"[chat template] {self.name}: rendering took more than "
+                             f"{RENDER_SECONDS:g} s (a loop that does not end?)") from None
         except TemplateError as e:
             raise ValueError(f"[chat template] {self.name}: {e}") from None
         except (ArithmeticError, LookupError, TypeError, AttributeError, ValueError, RecursionError) as e:
@@ -412,25 +467,34 @@ class ChatSession:
         text. The streamer gets the newly evaluated prompt ids first, then the answer.
         KeyboardInterrupt stops the answer: what was generated is kept in the conversation and
         the interrupt is re-raised."""
-        msgs = self.messages + [{"role": "user", "content": user_text}]
-        if hasattr(self.session, "n_keep"):
-            self._check_fits(len(self.tokenizer.encode(user_text, add_special=False)))
-        ids = encode_chat(self.tokenizer, self.template.render(msgs, add_generation_prompt=True))
-        try:
-            logits, fed = self._feed(ids)
-        finally:
-            self._hist = None             # unknown until this turn completes
-        if streamer is not None:
-            streamer.put(np.asarray(fed, dtype=np.int64))
-        res = self.last_result = GenerationResult()
-        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
-        try:
-            decode(self.session, logits, self.tokenizer, self.sampler, list(ids),
-                   streamer=streamer, max_new_tokens=limit, stop=self.stop, result=res,
-                   ignore_eos=self.ignore_eos)
-            self._hist = ids + res.ids[:res.n_eval]
-            self._n_past_after = getattr(self.session, "n_past", None)
-        finally:
-            self.messages = msgs + [{"role": "assistant", "content": res.text}]
-        return res.text
+        with contextlib.ExitStack() as held:
+            try:            # the streamer is ended on every failure (decode ends it after this)
+                hold = getattr(self.session, "hold", None)
+                if hold is not None:        # the session is this turn's (Session.hold)
+                    held.enter_context(hold())
+                msgs = self.messages + [{"role": "user", "content": user_text}]
+                if hasattr(self.session, "n_keep"):
+                    self._check_fits(len(self.tokenizer.encode(user_text, add_special=False)))
+                ids = encode_chat(self.tokenizer, self.template.render(msgs, add_generation_prompt=True))
+                try:
+                    logits, fed = self._feed(ids)
+                finally:
+                    self._hist = None             # unknown until this turn completes
+            except BaseException:
+                if streamer is not None:
+                    streamer.end()
+                raise
+            if streamer is not None:
+                streamer.put(np.asarray(fed, dtype=np.int64))
+            res = self.last_result = GenerationResult()
+            limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+            try:
+                decode(self.session, logits, self.tokenizer, self.sampler, list(ids),
+                       streamer=streamer, max_new_tokens=limit, stop=self.stop, result=res,
+                       ignore_eos=self.ignore_eos)
+                self._hist = ids + res.ids[:res.n_eval]
+                self._n_past_after = getattr(self.session, "n_past", None)
+            finally:
+                self.messages = msgs + [{"role": "assistant", "content": res.text}]
+            return res.text
 

@@ -6,6 +6,7 @@ stderr and a non-zero exit code; no traceback.
 import functools
 import os
 import sys
+import threading
 
 import click
 
@@ -14,12 +15,37 @@ from llmrt.checks import read_utf8
 from llmrt.errors import ModelFormatError
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised as an interrupt so that what a command does on Ctrl-C (end an
+    answer cleanly, save `chat --session`, remove a temporary file) happens for them too; the
+    command then exits 128 + the signal's number, as a process killed by it would."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
 def friendly_errors(fn):
-    """Print `error: ...` (one line) and exit 1 on expected failures instead of a traceback."""
+    """Print `error: ...` (one line) and exit 1 on expected failures instead of a traceback;
+    SIGTERM / SIGHUP become Terminated (see there); a closed stdout (`| head`) ends quietly."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        import signal
+        before = {}
+        if threading.current_thread() is threading.main_thread():
+            before = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:             # the reader went away: nothing more to say to it
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            sys.exit(141)                   # 128 + SIGPIPE, as a tool killed by it
         except (ModelFormatError, FileNotFoundError, ValueError, OSError) as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
@@ -29,9 +55,15 @@ def friendly_errors(fn):
         except OverflowError as e:
             click.echo(f"error: a value is too large: {e}", err=True)
             sys.exit(1)
-        except KeyboardInterrupt:           # Ctrl-C: every command exits as generate does
+        except Terminated as e:
+            click.echo(f"terminated ({signal_name(e.signum)})", err=True)
+            sys.exit(128 + e.signum)
+        except KeyboardInterrupt:           # Ctrl-C: every command exits the same way
             click.echo("interrupted", err=True)
             sys.exit(130)
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
     return wrapper
 
 
@@ -284,6 +316,28 @@ def _log_cache(sess, keep) -> None:
     _log(line)
 
 
+def utf8_text(text: str, what: str) -> str:
+    """`text` from argv or stdin, which Python decodes with surrogateescape: a byte that is not
+    UTF-8 arrives as a lone surrogate, and the tokenizer's error would name a UTF-16 surrogate
+    at a character of the rendered prompt. ValueError naming `what` and the byte instead."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        ch = ord(text[e.start])
+        where = len(text[:e.start].encode("utf-8", "surrogateescape"))
+        byte = f"byte 0x{ch - 0xDC00:02x}" if 0xDC80 <= ch <= 0xDCFF else f"character U+{ch:04X}"
+        raise ValueError(f"{what} is not UTF-8 text ({byte} at offset {where})") from None
+    return text
+
+
+def signal_name(signum: int) -> str:
+    import signal
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def _read_turns(interactive: bool):
     """User lines: from a `> ` prompt on a terminal (Ctrl-C or EOF there ends the session),
     else one line of stdin per turn, no prompt."""
@@ -298,6 +352,8 @@ def _read_turns(interactive: bool):
     while True:
         try:
             line = input("> ")
+        except Terminated:
+            raise
         except (EOFError, KeyboardInterrupt):
             click.echo()
             return
@@ -307,7 +363,7 @@ def _read_turns(interactive: bool):
 @main.command()
 @click.argument("model", required=False)
 @click.option("-s", "--system", default=None, help="System prompt.")
-@click.option("-n", "--n-predict", type=int, default=-1, show_default=True,
+@click.option("-n", "--n-predict", type=click.IntRange(-1), default=-1, show_default=True,
               help="Max tokens per answer (-1: until the end of the turn).")
 @click.option("--chat-template", default=None, metavar="FILE",
               help="Jinja chat template file (or a built-in: chatml, gemma, llama2, llama3) "
@@ -330,6 +386,8 @@ def chat(model, system, n_predict, chat_template, ignore_eos, session_path, n_ke
     from llmrt.streamers import TextStreamer
 
     interactive = sys.stdin.isatty()
+    if system is not None:
+        utf8_text(system, "-s SYSTEM")
     m = _load_model(model, threads, ctx_size, wq)
     keep = _parse_keep(n_keep, "auto")
     if session_path is not None:
@@ -391,7 +449,12 @@ def _apply_given_options(cs, *, n_predict, ignore_eos, sampling):
 def _chat_loop(cs, m, streamer, interactive):
     from llmrt.chat import ChatSession
 
-    for line in _read_turns(interactive):
+    for n_line, line in enumerate(_read_turns(interactive), 1):
+        try:
+            utf8_text(line, "the input line" if interactive else f"stdin line {n_line}")
+        except ValueError as e:         # one bad line: skipped, the conversation goes on
+            _log(f"error: {e}: skipped")
+            continue
         cmd = line.strip()
         if not cmd:
             continue
@@ -420,6 +483,8 @@ def _chat_loop(cs, m, streamer, interactive):
             continue
         try:
             cs.send(line, streamer=streamer)
+        except Terminated:              # the answer so far is kept; the session is saved
+            raise
         except KeyboardInterrupt:
             _log("answer interrupted")
         except ValueError as e:        # e.g. context full: on a terminal the session goes on
@@ -444,7 +509,7 @@ def _new_session(m, n_keep, n_discard, kv_mode):
 @click.option("-p", "--prompt", default=None, help="The prompt.")
 @click.option("-f", "--file", "prompt_file", default=None, metavar="FILE",
               type=click.Path(exists=True, dir_okay=False), help="Read the prompt from FILE.")
-@click.option("-n", "--n-predict", type=int, default=256, show_default=True,
+@click.option("-n", "--n-predict", type=click.IntRange(-1), default=256, show_default=True,
               help="Tokens to generate (-1: until an end-of-generation token).")
 @click.option("--ignore-eos", is_flag=True, help="Do not stop at end-of-generation tokens.")
 @click.option("--stop", multiple=True, metavar="TEXT",
@@ -467,6 +532,8 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
         raise click.UsageError("give exactly one of -p PROMPT or -f FILE")
     if prompt is None:
         prompt = read_utf8(prompt_file)
+    else:
+        utf8_text(prompt, "-p PROMPT")
     m = _load_model(model, threads, ctx_size, wq)
     sampler = make_sampler(**sampling)
     _log(f"sampling: {sampler!r}")
@@ -485,12 +552,8 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
     logits = prefill(sess, ids, progress=bar)
     t1 = time.perf_counter()
     streamer.put(ids)
-    try:
-        res = decode(sess, logits, m.tokenizer, sampler, list(ids), streamer=streamer,
-                     max_new_tokens=n_predict, stop=stop, ignore_eos=ignore_eos)
-    except KeyboardInterrupt:
-        _log("interrupted")
-        sys.exit(130)
+    res = decode(sess, logits, m.tokenizer, sampler, list(ids), streamer=streamer,
+                 max_new_tokens=n_predict, stop=stop, ignore_eos=ignore_eos)   # Ctrl-C: 130
     t2 = time.perf_counter()
     n = len(res.ids)
     _log(f"prompt {len(ids)} tokens in {t1 - t0:.2f} s ({len(ids) / max(t1 - t0, 1e-9):.1f} t/s), "
@@ -548,8 +611,10 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
         if given:
             raise click.UsageError(f"{', '.join(given)} only apply with --kv-mode (the default "
                                    "dense evaluation has no eviction and scores chunk by chunk)")
-    if not os.path.isfile(text_file):
+    if not os.path.exists(text_file):       # (a pipe, <(cmd), is read as a file is)
         raise FileNotFoundError(f"no such file: {text_file}")
+    if os.path.isdir(text_file):
+        raise ValueError(f"{text_file} is a directory, not a text file")
     if plot:   # fail before the long run, not after it
         try:
             import matplotlib  # noqa: F401
@@ -608,11 +673,11 @@ def _print_ppl(r, what: str) -> None:
 
 @main.command()
 @click.argument("model", required=False)
-@click.option("-p", "--n-prompt", type=int, default=512, show_default=True,
+@click.option("-p", "--n-prompt", type=click.IntRange(0), default=512, show_default=True,
               help="Prompt test: this many random tokens in one batch (0: skip).")
-@click.option("-n", "--n-gen", type=int, default=128, show_default=True,
+@click.option("-n", "--n-gen", type=click.IntRange(0), default=128, show_default=True,
               help="Generation test: this many tokens decoded one at a time (0: skip).")
-@click.option("-r", "--repetitions", type=int, default=5, show_default=True,
+@click.option("-r", "--repetitions", type=click.IntRange(1), default=5, show_default=True,
               help="Timed repetitions of each test (after one warm-up run).")
 @click.option("-o", "--output", type=click.Choice(["md", "json"]), default="md", show_default=True,
               help="A markdown table (as llama-bench) or one JSON list.")
@@ -633,6 +698,8 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, profile, threa
     from llmrt import hub, model as _model  # noqa: F401  (the library is imported before the clock
     from llmrt.progress import Progress     # starts, as llamacpp_bench.py imports llama_cpp first)
 
+    if n_prompt == 0 and n_gen == 0:   # before the load, as the ranges above
+        raise click.UsageError("nothing to measure: give -p or -n a length > 0")
     t0 = time.perf_counter()
     m = _load_model(model, threads, max(n_prompt, n_gen, 1), wq)
     m._graph(1, False)                 # weights repacked here (the first graph): part of loading
@@ -723,7 +790,7 @@ def quantize(input_path, output_path, qtype, threads):
 @click.option("--prefill-chunk", default="auto", show_default=True, metavar="N|auto",
               help="Prompt tokens prefilled per step while other streams decode (at most "
                    "--batch-size); auto: about two decode steps' time, at least 16.")
-@click.option("-n", "--n-predict", type=int, default=-1, show_default=True,
+@click.option("-n", "--n-predict", type=click.IntRange(-1), default=-1, show_default=True,
               help="max_tokens of a request that sets none (-1: until end of generation).")
 @click.option("--max-queue", type=int, default=64, show_default=True,
               help="Requests that may wait for a slot; more get 503 with Retry-After.")

@@ -58,6 +58,7 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
+from llmrt.checks import is_int
 from llmrt.generation import _common_prefix, _Release, make_sampler, stop_strings
 from llmrt.model import N_BATCH
 
@@ -136,6 +137,7 @@ class Request:
         self.t_done: Optional[float] = None
         self.on_event = None
         self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._stream_read = False      # __iter__ has read the end event
         self._cancel = threading.Event()
         self._done = threading.Event()
         self._engine = None
@@ -165,14 +167,16 @@ class Request:
         return self
 
     def __iter__(self) -> Iterator[str]:
-        while True:
+        """The text as it is generated, once: iterating again after the end yields nothing (it
+        waited forever for events already read); the whole text is `text`."""
+        while not self._stream_read:
             kind, payload = self._events.get()
             if kind == "text":
                 yield payload
             else:
-                if self.finish_reason == "error":
-                    raise RuntimeError(f"request {self.id} failed: {self.error}")
-                return
+                self._stream_read = True
+        if self.finish_reason == "error":
+            raise RuntimeError(f"request {self.id} failed: {self.error}")
 
     def _emit(self, kind: str, payload):
         if kind == "text" and not payload:
@@ -329,9 +333,13 @@ class Engine:
         stop = stop_strings(stop)
         if max_tokens is None:
             max_tokens = self.n_predict
+        if not is_int(max_tokens):
+            raise TypeError(f"max_tokens must be an integer (or None), got {max_tokens!r}")
         max_tokens = int(max_tokens)
         if max_tokens == 0 or max_tokens < -1:
             raise ValueError(f"max_tokens must be >= 1 (or -1: no limit), got {max_tokens}")
+        if n_keep is not None and not is_int(n_keep):
+            raise TypeError(f"n_keep must be an integer (or None), got {n_keep!r}")
         if n_keep is not None and not 0 <= int(n_keep) < self.n_ctx:
             raise ValueError(f"n_keep must be in [0, ctx_size = {self.n_ctx}), got {n_keep}")
         sampler = make_sampler(sampler, do_sample, **sampling)
@@ -340,6 +348,8 @@ class Engine:
         req._engine = self
         req.on_event = on_event
         with self._cv:
+            if self._closing:       # again, under the lock: close() may have begun while the
+                raise RuntimeError("the engine is closed")   # prompt was encoded (never served)
             if len(self._queue) >= self.max_queue + self._idle_slots():
                 self._m["rejected"] += 1
                 raise QueueFull(f"all {len(self.slots)} slots are busy and {len(self._queue)} "
@@ -738,7 +748,12 @@ class Engine:
         if req.cancelled:
             self._finish(s, "cancelled")
             return
-        tok = req.sampler.sample(logits, s.prev_ids)
+        try:
+            tok = req.sampler.sample(logits, s.prev_ids)
+        except ValueError as e:         # e.g. non-finite logits: this request, not the step's others
+            log.error("llmrt: request %d: %s", req.id, e)
+            self._finish(s, "error", error=f"{type(e).__name__}: {e}")
+            return
         if req.t_first is None:
             req.t_first = time.monotonic()
         req.ids.append(tok)
@@ -754,6 +769,10 @@ class Engine:
             req.stop_matched = s.rel.matched
             self._finish(s, "stop")
         elif req.max_tokens is not None and len(req.ids) >= req.max_tokens:
+            self._finish(s, "length")
+        elif getattr(s.session, "kv_mode", None) == "none" and s.session.n_past >= s.session.n_ctx:
+            # nothing is evicted and the cache is full: this request ends as Model.generate's
+            # does (llama.cpp's context limit), the others in the step go on
             self._finish(s, "length")
         else:
             s.next_tok = tok

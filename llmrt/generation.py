@@ -39,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-from llmrt.checks import id_list
+from llmrt.checks import id_list, is_int
 from llmrt.sampling import Sampler
 from llmrt.streamers import make_detokenizer
 
@@ -233,6 +233,16 @@ class _Release:
         return "".join(self.out)
 
 
+def _token_limit(max_new_tokens) -> int:
+    """max_new_tokens as decode's limit (-1: none): an integer or None; 2.5, "8" and True are
+    TypeErrors (they were truncated, parsed or taken as 1)."""
+    if max_new_tokens is None:
+        return -1
+    if not is_int(max_new_tokens):
+        raise TypeError(f"max_new_tokens must be an integer (or None), got {max_new_tokens!r}")
+    return int(max_new_tokens)
+
+
 def decode(session, logits: np.ndarray, tokenizer, sampler: Sampler, prev_ids: list[int], *,
            streamer=None, max_new_tokens: int | None = 256, stop: Sequence[str] = (),
            ignore_eos: bool = False, result: GenerationResult | None = None) -> GenerationResult:
@@ -243,9 +253,14 @@ def decode(session, logits: np.ndarray, tokenizer, sampler: Sampler, prev_ids: l
     KeyboardInterrupt: the result is finalized (finish_reason "interrupted", pending text
     released, streamer ended) and the interrupt is re-raised."""
     res = result if result is not None else GenerationResult()
-    eog = frozenset() if ignore_eos else frozenset(tokenizer.eog_ids)
-    rel = _Release(tokenizer, stop, streamer)
-    limit = -1 if max_new_tokens is None else int(max_new_tokens)
+    try:
+        limit = _token_limit(max_new_tokens)
+        eog = frozenset() if ignore_eos else frozenset(tokenizer.eog_ids)
+        rel = _Release(tokenizer, stop, streamer)
+    except BaseException:
+        if streamer is not None:        # ended on every exit, as below
+            streamer.end()
+        raise
     res.finish_reason = "length"
     try:
         while limit < 0 or len(res.ids) < limit:
@@ -295,6 +310,7 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
     try:
         stop = stop_strings(stop)
         sampler = make_sampler(sampler, do_sample, **sampling)
+        _token_limit(max_new_tokens)    # checked before the prompt is evaluated
         prompt_ids = id_list(prompt_ids)
         logits = prefill(session, prompt_ids)
         if streamer is not None:

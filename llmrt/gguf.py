@@ -31,6 +31,7 @@ import logging
 import mmap
 import os
 import re
+import stat
 import struct
 from typing import Any, Iterator
 
@@ -323,6 +324,13 @@ class GGUFFile:
             raise ModelFormatError(f"{p}: no such file")
         if os.path.isdir(p):
             raise ModelFormatError(f"{p}: is a directory, not a GGUF file")
+        try:
+            mode = os.stat(p).st_mode
+        except OSError as e:
+            raise ModelFormatError(f"{p}: cannot open: {e}") from None
+        if not stat.S_ISREG(mode):      # a FIFO would block the open, /dev/zero never ends
+            raise ModelFormatError(f"{p}: not a regular file (a device, FIFO or socket), not a "
+                                   "GGUF model")
         try:
             with open(p, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size

@@ -152,7 +152,14 @@ def fetch(spec: ModelSpec | str, dest_dir: str | os.PathLike | None = None) -> P
             raise ValueError(f"unknown model {spec!r}; known: {', '.join(KNOWN_MODELS)}")
         spec = found
     out_dir = Path(dest_dir) if dest_dir is not None else cache_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:        # e.g. LLMRT_CACHE names a file: say which setting it came from
+        src = ("the download directory" if dest_dir is not None else
+               next((f"${v}" for v in ("LLMRT_CACHE", "LLMRT_MODEL_DIR") if os.environ.get(v)),
+                    "the model cache ~/.cache/llmrt"))
+        why = "not a directory" if out_dir.exists() else (e.strerror or str(e))
+        raise ValueError(f"cannot use {src} ({out_dir}) for models: {why}") from None
     final = out_dir / spec.filename
     tmp = out_dir / f".{spec.filename}.{os.getpid()}.tmp"
     reqs = " + ".join(r for r, _ in spec.parts)

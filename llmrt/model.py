@@ -9,6 +9,7 @@ streaming cache (n_keep sinks, n_discard eviction, shift-RoPE; see Session), so 
 chat run past ctx_size in constant memory. `Model.generate` and the chat front end run on sessions. Graphs are built lazily, once per
 (batch bucket, all-logits?) pair, and re-run for every batch that fits the bucket.
 """
+import contextlib
 import functools
 import logging
 import os
@@ -20,7 +21,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from llmrt import _core
-from llmrt.checks import id_array, id_list, is_int
+from llmrt.checks import C_INT_MAX, id_array, id_list, is_int
 from llmrt.errors import ModelFormatError
 from llmrt.gguf import SPLIT_EXPERT, GGUFFile
 from llmrt.models import get_family
@@ -71,13 +72,8 @@ def _exclusive(method):
     RuntimeError instead of a cache that no longer matches its tokens."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        if not self._busy.acquire(blocking=False):
-            raise RuntimeError("this Session is in use by another thread: a Session is one sequence, give "
-                               "each thread its own (Model.new_session; Model.generate makes one per call)")
-        try:
+        with self.hold():
             return method(self, *args, **kwargs)
-        finally:
-            self._busy.release()
     return wrapper
 
 
@@ -176,6 +172,19 @@ class Session:
         self.n_shifts = 0       # evictions so far (each one shift or one recompute)
         self.sampler = self.last_logits = None    # what Session.load found saved with it
 
+    @contextlib.contextmanager
+    def hold(self):
+        """This thread's for the block (re-entrant; what eval, truncate, ... take per call): a
+        whole generation holds its session so that no other thread evaluates on it between two
+        of its tokens. Another thread holding it: RuntimeError."""
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this Session is in use by another thread: a Session is one sequence, give "
+                               "each thread its own (Model.new_session; Model.generate makes one per call)")
+        try:
+            yield self
+        finally:
+            self._busy.release()
+
     # ---- settings --------------------------------------------------------------------------
 
     @property
@@ -185,7 +194,7 @@ class Session:
 
     @n_keep.setter
     def n_keep(self, n: int):
-        n = int(n)
+        n = _int_arg("n_keep", n, -C_INT_MAX, C_INT_MAX)     # 2.7, "3", True are not counts
         if self.kv_mode == "window":
             n = 0
         if self.kv_mode == "none":      # nothing is ever evicted: n_keep does not matter
@@ -205,7 +214,7 @@ class Session:
 
     @n_discard.setter
     def n_discard(self, n: int):
-        n = int(n)
+        n = _int_arg("n_discard", n, -C_INT_MAX, C_INT_MAX)
         if self.kv_mode == "none":
             n = -1
         if n != -1 and not 0 < n <= self.n_ctx - self._n_keep:
@@ -273,9 +282,13 @@ class Session:
         pos = np.arange(p0, p0 + m, dtype=np.int32)
         out_rows = None if all_logits else np.array([m - 1], dtype=np.int32)
         self.cache.prepare(m)
-        logits = g.run(chunk, pos, out_rows, cache=self.cache)
-        self.tokens.extend(chunk.tolist())
-        return logits
+        try:
+            return g.run(chunk, pos, out_rows, cache=self.cache)
+        finally:
+            # a Ctrl-C surfaces when the run returns, its cells already written: the tokens
+            # follow the cache (n_used grows only when a run completes), never a chunk behind
+            if self.cache.n_used == len(self.tokens) + m:
+                self.tokens.extend(chunk.tolist())
 
     def _evict(self):
         """Make room: drop the n_discard cells after the sinks (fewer if fewer exist)."""
@@ -286,8 +299,12 @@ class Session:
         d = max(1, n_left // 2) if self._n_discard == -1 else min(self._n_discard, n_left)
         k = self._n_keep
         if self._mode == "shift":
-            self.cache.shift(k, d)
-            del self.tokens[k:k + d]
+            before = self.cache.n_used
+            try:
+                self.cache.shift(k, d)
+            finally:                            # (as in _run: an interrupt as it returns)
+                if self.cache.n_used == before - d:
+                    del self.tokens[k:k + d]
         else:                                   # recompute: re-evaluate the kept tokens
             kept = np.asarray(self.tokens[:k] + self.tokens[k + d:], dtype=np.int32)
             self.reset()
@@ -615,10 +632,12 @@ class Model:
                                             dtype=np.int32) for s, m in zip(sessions, counts)])
             rows = np.cumsum(counts, dtype=np.int64).astype(np.int32) - 1
             g = self._graph(total, False, n_out=len(sessions))
-            logits = g.run_seqs(np.concatenate(arrs), pos, rows, [s.cache for s in sessions], counts)
-            for s, a in zip(sessions, arrs):
-                s.tokens.extend(a.tolist())
-            return logits
+            try:
+                return g.run_seqs(np.concatenate(arrs), pos, rows, [s.cache for s in sessions], counts)
+            finally:                            # (as Session._run)
+                for s, a in zip(sessions, arrs):
+                    if s.cache.n_used == len(s.tokens) + len(a):
+                        s.tokens.extend(a.tolist())
         finally:
             for s in held:
                 s._busy.release()
@@ -647,27 +666,38 @@ class Model:
         ignore_eos=True. `session` (optional) is the Session to run on, to inspect afterwards."""
         from llmrt.generation import generate, stop_strings
 
-        if isinstance(ids_or_prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("this model has no tokenizer: pass token ids")
-            prompt_ids = self.tokenizer.encode(ids_or_prompt, add_special=True)
-        else:
-            prompt_ids = id_list(ids_or_prompt)
-        if do_sample is not None and not do_sample:     # False, 0: greedy
-            temperature = 0.0
-        cache_args = {"ctx_size": ctx_size, "n_keep": n_keep, "n_discard": n_discard, "kv_mode": kv_mode}
-        if session is not None:
-            given = [k for k, v in cache_args.items() if v is not None]
-            if given:
-                raise ValueError(f"{', '.join(given)} configure a new session: with session=, set them on "
-                                 "the session (Model.new_session) instead")
-            sess = session
-        else:
-            sess = self.new_session(ctx_size, n_keep=4 if n_keep is None else n_keep,
-                                    n_discard=-1 if n_discard is None else n_discard,
-                                    kv_mode="shift" if kv_mode is None else kv_mode)
-        log.info("llmrt: %s", sess.describe())
-        return generate(sess, prompt_ids, self.tokenizer, streamer=streamer, max_new_tokens=max_new_tokens,
-                        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
-                        stop=stop_strings(stop), ignore_eos=ignore_eos)
+        with contextlib.ExitStack() as held:
+            try:            # a streamer is ended on every failure, these checks' included
+                if isinstance(ids_or_prompt, str):
+                    if self.tokenizer is None:
+                        raise ValueError("this model has no tokenizer: pass token ids")
+                    prompt_ids = self.tokenizer.encode(ids_or_prompt, add_special=True)
+                else:
+                    prompt_ids = id_list(ids_or_prompt)
+                if do_sample is not None and not do_sample:     # False, 0: greedy
+                    temperature = 0.0
+                cache_args = {"ctx_size": ctx_size, "n_keep": n_keep, "n_discard": n_discard,
+                              "kv_mode": kv_mode}
+                if session is not None:
+                    given = [k for k, v in cache_args.items() if v is not None]
+                    if given:
+                        raise ValueError(f"{', '.join(given)} configure a new session: with session=, "
+                                         "set them on the session (Model.new_session) instead")
+                    sess = session
+                else:
+                    sess = self.new_session(ctx_size, n_keep=4 if n_keep is None else n_keep,
+                                            n_discard=-1 if n_discard is None else n_discard,
+                                            kv_mode="shift" if kv_mode is None else kv_mode)
+                stop = stop_strings(stop)
+                # the session is this call's for the whole generation, not per eval: another
+                # thread evaluating between two of its tokens would continue its own text
+                held.enter_context(sess.hold())
+            except BaseException:
+                if streamer is not None:
+                    streamer.end()
+                raise
+            log.info("llmrt: %s", sess.describe())
+            return generate(sess, prompt_ids, self.tokenizer, streamer=streamer,
+                            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                            top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
+                            repeat_last_n=repeat_last_n, seed=seed, stop=stop, ignore_eos=ignore_eos)

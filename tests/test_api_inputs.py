@@ -95,14 +95,21 @@ def test_kv_mode_none_stops_at_a_full_context_and_keeps_the_ids(smol):
 def test_a_streamer_is_ended_when_generate_fails_before_decoding(smol):
     """The consumer of a TextIteratorStreamer waited forever when generate failed in the prompt
     (here: longer than a cache that evicts nothing) or on its arguments."""
-    for kw in ({"ctx_size": 8, "kv_mode": "none"}, {"repeat_penalty": -1.0}):
+    cases = ({"ctx_size": 8, "kv_mode": "none"}, {"repeat_penalty": -1.0},
+             # checked by Model.generate itself or at decode's start: the streamer was left open
+             {"stop": [1]}, {"ctx_size": 0}, {"ctx_size": 2}, {"kv_mode": "bad"}, {"n_discard": -2},
+             {"session": smol.new_session(64), "ctx_size": 64}, {"max_new_tokens": "a"},
+             {"ids": b"Once"}, {"ids": [1.5, 2.0]}, {"n_keep": 2.7})
+    for kw in cases:
         st = TextIteratorStreamer(smol.tokenizer, timeout=30)
         errors = []
+        ids = kw.pop("ids", IDS * 4)
 
         def run():
             try:
-                smol.generate(IDS * 4, streamer=st, max_new_tokens=4, temperature=0.0, **kw)
-            except ValueError as e:
+                smol.generate(ids, streamer=st, max_new_tokens=4, temperature=0.0, **kw) \
+                    if "max_new_tokens" not in kw else smol.generate(ids, streamer=st, temperature=0.0, **kw)
+            except (ValueError, TypeError) as e:
                 errors.append(e)
 
         t = threading.Thread(target=run)
@@ -162,6 +169,50 @@ def test_a_session_is_not_evaluated_by_two_threads_at_once(smol):
     fresh = smol.new_session(64)
     fresh.eval(IDS)
     np.testing.assert_array_equal(s.eval([42]), fresh.eval([42]))
+
+
+def test_a_generation_holds_its_session_between_tokens(smol):
+    """Each eval held the session, a whole generate did not: a second thread could cut the
+    session back between two of the first one's tokens and take it over; neither got an error
+    and the first continued the second's text. Now the second gets the RuntimeError at once."""
+    s = smol.new_session(64)
+    ref = greedy(smol, n=10)
+    errors = []
+
+    class Intruder:
+        n = 0
+
+        def put(self, value):
+            self.n += 1
+            if self.n == 3:                 # between two of the first generation's tokens
+                def other():
+                    try:
+                        smol.generate([6403, 1980], max_new_tokens=4, temperature=0.0, session=s)
+                    except RuntimeError as e:
+                        errors.append(e)
+                t = threading.Thread(target=other)
+                t.start()
+                t.join(30)
+
+        def end(self):
+            pass
+
+    out = smol.generate(IDS, max_new_tokens=10, temperature=0.0, session=s, streamer=Intruder())
+    assert out == ref
+    assert len(errors) == 1 and "in use by another thread" in str(errors[0])
+    # the same thread may nest (a streamer that evaluates on the session it streams is its own)
+    with s.hold():
+        with s.hold():
+            s.eval([42])
+
+
+@pytest.mark.parametrize("kw", [{"n_keep": 2.7}, {"n_keep": "3"}, {"n_keep": True}, {"n_discard": 2.5},
+                                {"n_discard": "8"}])
+def test_cache_counts_must_be_integers(smol, kw):
+    """n_keep / n_discard of 2.7, "3" or True were truncated, parsed or taken as 1."""
+    name = next(iter(kw))
+    with pytest.raises(TypeError, match=f"{name} must be an integer"):
+        smol.new_session(64, **kw)
 
 
 def test_generate_refuses_cache_arguments_beside_a_session(smol):
@@ -252,3 +303,55 @@ def test_prefill_progress_counts_the_ids_it_evaluates(smol):
     more = ids + IDS
     np.testing.assert_array_equal(prefill(a, more, progress=_Bar), prefill(b, more))
     assert (_Bar.made[1].total, _Bar.made[1].updates) == (len(IDS), [len(IDS)])
+
+
+class _InterruptAfterRun:
+    """A graph whose run completes (its cells written) and then lets a Ctrl-C surface: where a
+    real SIGINT that arrived during the C run is raised (at the first bytecode after it)."""
+
+    def __init__(self, g):
+        self._g = g
+
+    def run(self, *a, **kw):
+        self._g.run(*a, **kw)
+        raise KeyboardInterrupt
+
+    def run_seqs(self, *a, **kw):
+        self._g.run_seqs(*a, **kw)
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_as_a_run_returns_keeps_tokens_and_cache_in_step(smol, monkeypatch):
+    """Ctrl-C during generation left the cache one chunk ahead of the session's tokens (the run
+    had written its cells, `tokens.extend` never ran): every later call appended after stray
+    cells, and a full cache then failed for good (`llmrt chat`: 'prepare: 1 new cells do not
+    fit'). Now the tokens follow the cache, and the session goes on as if the chunk had been
+    evaluated normally."""
+    from llmrt.model import Model as M
+    ref = smol.new_session(64)
+    ref.eval(IDS + [1980])
+    s, t = smol.new_session(64), smol.new_session(64)
+    s.eval(IDS)
+    t.eval([253])
+    real = M._graph
+    monkeypatch.setattr(M, "_graph", lambda self, *a, **kw: _InterruptAfterRun(real(self, *a, **kw)))
+    with pytest.raises(KeyboardInterrupt):
+        s.eval([1980])
+    with pytest.raises(KeyboardInterrupt):
+        smol.eval_sessions([s, t], [[6403], [655]])
+    monkeypatch.setattr(M, "_graph", real)
+    assert s.n_past == s.cache.n_used == len(IDS) + 2 and t.n_past == t.cache.n_used == 2
+    assert s.tokens == IDS + [1980, 6403]
+    ref.eval([6403])
+    np.testing.assert_array_equal(s.eval([655]), ref.eval([655]))   # the session goes on exactly
+
+
+def test_a_chat_turn_refused_before_decoding_ends_its_streamer(smol):
+    """ChatSession.send refused a turn longer than the context ("this turn adds ... tokens")
+    without ending the streamer: its consumer waited forever."""
+    cs = ChatSession(smol, temperature=0.0, max_new_tokens=4, ctx_size=32)
+    st = TextIteratorStreamer(smol.tokenizer, timeout=30)
+    with pytest.raises(ValueError, match="this turn adds"):
+        cs.send("word " * 100, streamer=st)
+    assert "".join(st) == ""                           # ended (a timeout raises queue.Empty)
+    assert cs.send("Hi").strip() != ""                 # and the chat goes on

@@ -53,12 +53,17 @@ def test_bench_markdown_table(tiny_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-r", "0"], "repetitions must be >= 1"),
-    (["-p", "0", "-n", "0"], "need a prompt or generation length"),
+    (["-r", "0"], "'-r' / '--repetitions': 0 is not in the range x>=1"),
+    (["-p", "0", "-n", "0"], "nothing to measure: give -p or -n a length > 0"),
+    (["-p", "-5", "-n", "4"], "'-p' / '--n-prompt': -5 is not in the range x>=0"),
 ])
-def test_bench_bad_arguments(tiny_path, args, message):
+def test_bench_bad_arguments(tiny_path, args, message, monkeypatch):
+    """Usage errors (exit 2) before the model loads (they came after the load, exit 1, and -p -5
+    was reported as "need a prompt or generation length")."""
+    import llmrt.cli
+    monkeypatch.setattr(llmrt.cli, "_load_model", lambda *a, **kw: pytest.fail("loaded the model"))
     r = run(["bench", tiny_path, "-t", "1", *args])
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert message in r.stderr
 
 

@@ -416,3 +416,30 @@ def test_real_gemma_chat_one_bos():
     assert toks[0] == m.tokenizer.bos_id and toks.count(m.tokenizer.bos_id) == 1
     assert m.tokenizer.decode(toks).startswith("<bos><start_of_turn>user\nHello<end_of_turn>\n"
                                                "<start_of_turn>model\n")
+
+
+def test_a_template_that_would_run_or_grow_forever_is_stopped(monkeypatch):
+    """A template (a --chat-template file, or the GGUF's own) with nested loops of 10^10 steps hung
+    `llmrt chat` (and would hang a server worker); `"x" * 10**10` tried to build 10 GB. Both are
+    errors now: a time budget for the render, a size limit for one '*'."""
+    import sys
+    import time
+
+    import llmrt.chat as chat_mod
+    trace_before = sys.gettrace()
+    monkeypatch.setattr(chat_mod, "RENDER_SECONDS", 0.5)
+    msgs = [{"role": "user", "content": "hi"}]
+    loops = chat_mod.ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}"
+                                  "{% endfor %}{% endfor %}", name="loops")
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=r"\[chat template\] loops: rendering took more than 0.5 s"):
+        loops.render(msgs)
+    assert time.monotonic() - t0 < 5
+    for src in ('{{ "x" * 10**10 }}', "{{ [0] * 10**9 }}", '{{ 10**10 * "x" }}'):
+        with pytest.raises(ValueError, match=r"'\*' would build \d+ items"):
+            chat_mod.ChatTemplate(src).render(msgs)
+    with pytest.raises(ValueError, match=r"'\*\*' would build a number"):
+        chat_mod.ChatTemplate("{{ 7 ** 100000 }}").render(msgs)
+    # what templates do stays allowed, and the hook is removed afterwards
+    assert chat_mod.ChatTemplate('{{ "=" * 3 }}{{ 2 ** 10 }}').render(msgs) == "===1024"
+    assert sys.gettrace() is trace_before

