@@ -644,7 +644,7 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
             if nll_csv:
                 ppl_mod.write_nll_csv(e.result, nll_csv)
                 _log(f"per-token NLL so far written to {nll_csv}")
-        raise
+        raise e.interrupt or e          # Ctrl-C: 130; SIGTERM / SIGHUP: 128 + the signal
     _print_ppl(r, "Final estimate")
     if nll_csv:
         ppl_mod.write_nll_csv(r, nll_csv)

@@ -130,9 +130,10 @@ class PerplexityInterrupted(KeyboardInterrupt):
     """Ctrl-C during a perplexity run: `result` holds what was scored before it (None when
     nothing was); it is still a KeyboardInterrupt for everything else."""
 
-    def __init__(self, result: Optional["PerplexityResult"]):
+    def __init__(self, result: Optional["PerplexityResult"], interrupt: Optional[BaseException] = None):
         super().__init__("perplexity interrupted")
         self.result = result
+        self.interrupt = interrupt      # the KeyboardInterrupt it replaced (a CLI's SIGTERM, ...)
 
 
 def _check_tokens(model, tokens) -> np.ndarray:
@@ -149,8 +150,8 @@ def _keep_on_interrupt(partial):
         yield
     except PerplexityInterrupted:
         raise
-    except KeyboardInterrupt:
-        raise PerplexityInterrupted(partial()) from None
+    except KeyboardInterrupt as e:
+        raise PerplexityInterrupted(partial(), e) from None
 
 
 def _bos_to_replace(model) -> Optional[int]:

@@ -86,8 +86,8 @@ def _opt_type(body: dict, name: str, types, what: str):
 _UNSUPPORTED = (
     ("tools", lambda v: v == [], "no tool calling"),
     ("functions", lambda v: v == [], "no function calling"),
-    ("tool_choice", lambda v: v == "none", "no tool calling"),
-    ("function_call", lambda v: v == "none", "no function calling"),
+    ("tool_choice", lambda v: v in ("none", "auto"), "no tool calling"),   # (auto: with no tools,
+    ("function_call", lambda v: v in ("none", "auto"), "no function calling"),   # none)
     ("response_format", lambda v: v == {"type": "text"}, "plain text only: no JSON mode or schema"),
     ("logit_bias", lambda v: v == {}, "no logit bias"),
     ("echo", lambda v: v is False, "the prompt is not echoed"),
