@@ -116,7 +116,7 @@ def _environment():
 
     class Environment(ImmutableSandboxedEnvironment):
         """The sandbox (no attribute access outside the safe ones, range() <= 100000 items) plus
-        limits on what one operation may build: `"x" * 10**10` or `10**10**10` would run for
+        limits on what one operation may build: `"x" * 10**10` or `7 ** 1000000000` would run for
         minutes inside a single C call, where the time budget (_render_budget) cannot stop it."""
         intercepted_binops = frozenset(["*", "**"])
 
