@@ -279,7 +279,7 @@ def test_a_non_streamed_client_that_leaves_frees_its_slot(server, route, body):
     while server.health()["slots_processing"] and time.monotonic() - t0 < 10:
         time.sleep(0.05)
     assert server.health()["slots_processing"] == 0
-    assert server.metrics()['llmrt_requests_finished_total{reason="cancelled"}'] == before + 1
+    assert server.metrics()['llmrt_requests_finished_total{reason="cancelled"}'] >= before + 1
 
 
 def test_null_max_completion_tokens_keeps_max_tokens(server):
