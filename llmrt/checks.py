@@ -11,16 +11,26 @@ def is_int(v, lo=None, hi=None) -> bool:
             and (lo is None or v >= lo) and (hi is None or v <= hi))
 
 
-def read_utf8(path) -> str:
-    """The text of the file `path`; a file that is not UTF-8 is a ValueError naming the file and
-    the first bad byte (not the codec's bare message)."""
-    with open(path, "rb") as f:
-        data = f.read()
+def is_number(v) -> bool:
+    """v is a real number (Python or numpy int or float; not a bool, not a str)."""
+    return (isinstance(v, (int, float, np.integer, np.floating))
+            and not isinstance(v, (bool, np.bool_)))
+
+
+def decode_utf8(data: bytes, what: str) -> str:
+    """`data` as UTF-8 text; else a ValueError naming `what` (a file, a command-line option, a
+    line of stdin) and the first bad byte and its offset, not the codec's bare message."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}: "
-                         f"{e.reason})") from None
+        raise ValueError(f"{what} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                         f"{e.start})") from None
+
+
+def read_utf8(path) -> str:
+    """The text of the file `path` (decode_utf8)."""
+    with open(path, "rb") as f:
+        return decode_utf8(f.read(), str(path))
 
 
 def id_array(ids: np.ndarray) -> np.ndarray:

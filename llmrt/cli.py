@@ -11,7 +11,7 @@ import threading
 import click
 
 from llmrt.atomic import writable_target
-from llmrt.checks import read_utf8
+from llmrt.checks import decode_utf8, read_utf8
 from llmrt.errors import ModelFormatError
 
 
@@ -316,17 +316,21 @@ def _log_cache(sess, keep) -> None:
     _log(line)
 
 
+def _given_on_command_line() -> set:
+    """The current command's parameters given on its command line (not defaults)."""
+    from click.core import ParameterSource
+    ctx = click.get_current_context()
+    return {p for p in ctx.params if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE}
+
+
 def utf8_text(text: str, what: str) -> str:
     """`text` from argv or stdin, which Python decodes with surrogateescape: a byte that is not
     UTF-8 arrives as a lone surrogate, and the tokenizer's error would name a UTF-16 surrogate
-    at a character of the rendered prompt. ValueError naming `what` and the byte instead."""
+    at a character of the rendered prompt. The bytes back, checked by decode_utf8 instead."""
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        ch = ord(text[e.start])
-        where = len(text[:e.start].encode("utf-8", "surrogateescape"))
-        byte = f"byte 0x{ch - 0xDC00:02x}" if 0xDC80 <= ch <= 0xDCFF else f"character U+{ch:04X}"
-        raise ValueError(f"{what} is not UTF-8 text ({byte} at offset {where})") from None
+    except UnicodeEncodeError:
+        decode_utf8(text.encode("utf-8", "surrogateescape"), what)   # raises, naming the byte
     return text
 
 
@@ -422,12 +426,10 @@ def _apply_given_options(cs, *, n_predict, ignore_eos, sampling):
     the answers to come apply to them (as llama.cpp's with --prompt-cache): -n, --ignore-eos and
     the sampling flags. Those that shape the conversation itself (-s, --chat-template, -c,
     --n-keep, --n-discard, --kv-mode) cannot change: a warning names the ones given."""
-    from click.core import ParameterSource
-
     from llmrt.generation import make_sampler
 
     ctx = click.get_current_context()
-    given = {p for p in ctx.params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE}
+    given = _given_on_command_line()
     if "n_predict" in given:
         cs.max_new_tokens = n_predict
     if "ignore_eos" in given:
@@ -600,14 +602,11 @@ def perplexity(model, text_file, ctx_size, max_tokens, kv_mode, n_keep, n_discar
     as it goes, and every token after the first is scored."""
     import json
 
-    from click.core import ParameterSource
-
     from llmrt import perplexity as ppl_mod
 
-    ctx = click.get_current_context()
     if kv_mode is None:     # options of the streamed evaluation were ignored without it
         given = [f"--{name.replace('_', '-')}" for name in ("n_keep", "n_discard", "batch")
-                 if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+                 if name in _given_on_command_line()]
         if given:
             raise click.UsageError(f"{', '.join(given)} only apply with --kv-mode (the default "
                                    "dense evaluation has no eviction and scores chunk by chunk)")

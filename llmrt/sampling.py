@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from llmrt.checks import is_int
+from llmrt.checks import is_int, is_number
 
 _TOP_P_FAST = 256     # top_p without top_k: look at this many most probable tokens first
 _TOP_P_FAST_MIN = 1024   # ... when there are more candidates than this
@@ -48,7 +48,7 @@ class Sampler:
         for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p),
                         ("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
                         ("presence_penalty", presence_penalty)):
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            if not is_number(v):
                 raise TypeError(f"[Sampler] {name} must be a number, got {type(v).__name__}")
             if v != v:
                 raise ValueError(f"[Sampler] {name} must be a number, got NaN")

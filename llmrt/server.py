@@ -29,6 +29,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
+from llmrt.checks import is_int, is_number
+
 log = logging.getLogger("llmrt")
 
 MAX_BODY_BYTES = 4 << 20         # default --max-body-bytes
@@ -63,7 +65,7 @@ def _num(body: dict, name: str, lo: float, hi: float, default=None, integer: boo
     v = body.get(name)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+    if not (is_int(v) if integer else is_number(v)):
         raise APIError(400, f"'{name}' must be {'an integer' if integer else 'a number'}, got "
                             f"{type(v).__name__}", param=name)
     if isinstance(v, float) and not math.isfinite(v):
@@ -525,8 +527,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             if not prompt:
                 raise APIError(400, "'prompt' is empty", param="prompt")
             ids = await run_in_threadpool(tok.encode, prompt, add_special=True)
-        elif isinstance(prompt, list) and prompt and all(
-                isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+        elif isinstance(prompt, list) and prompt and all(is_int(i) for i in prompt):
             bad = [i for i in prompt if not 0 <= i < model.n_vocab]
             if bad:
                 raise APIError(400, f"token id {bad[0]} is out of range for a vocabulary of "

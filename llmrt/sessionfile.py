@@ -35,7 +35,7 @@ from typing import Optional
 import numpy as np
 
 from llmrt.atomic import atomic_file
-from llmrt.checks import C_INT_MAX, is_int
+from llmrt.checks import C_INT_MAX, is_int, is_number
 
 MAGIC = b"LLMRTSES"
 VERSION = 1
@@ -242,8 +242,7 @@ def _check_header(h, path, n_vocab: int) -> None:
     sp = h.get("sampler")
     need(sp is None or (isinstance(sp, dict) and isinstance(sp.get("params"), dict)
                         and set(sp["params"]) <= set(_SAMPLER_PARAMS)
-                        and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-                                for v in sp["params"].values())
+                        and all(v is None or is_number(v) for v in sp["params"].values())
                         and isinstance(sp.get("rng"), dict)), "sampler")
     need(isinstance(h.get("extra", {}), dict), "extra")
 

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmrt.checks import C_INT_MAX, is_int
+from llmrt.checks import C_INT_MAX, is_int, is_number
 from llmrt.errors import ModelFormatError
 
 ROPE_NORM = 0   # pairs (2i, 2i+1): the llama family
@@ -45,8 +45,7 @@ class KeyReader:
         # the GGUF value's own type: 1.5, True or "8" for a count is a broken file, not 1 or 8
         # (llama.cpp checks the key's type too)
         bad_int = kind is int and not is_int(v)
-        if bad_int or kind is float and (isinstance(v, (bool, np.bool_)) or not isinstance(
-                v, (int, float, np.integer, np.floating))):
+        if bad_int or kind is float and not is_number(v):
             shown = v.item() if isinstance(v, np.generic) else v    # '4', not np.str_('4')
             raise ModelFormatError(f"{self.where}: key {key} must be "
                                    f"{'an integer' if bad_int else 'a number'}, got "
