@@ -748,9 +748,8 @@ def quantize(input_path, output_path, qtype, threads):
     """Quantize IN.gguf (F32/F16/BF16) to TYPE and write OUT.gguf, choosing each tensor's type
     as llama-quantize does (the output tensor Q6_K, norms F32, q4_k = Q4_K_M, ...; llama.cpp's
     names q3_k_m, q4_k_m, q5_k_m are the same as q3_k, q4_k, q5_k). SIGINT, SIGTERM or SIGHUP
-    stop it leaving OUT as it was (no partial file)."""
-    import signal
-
+    stop it leaving OUT as it was (no partial file: friendly_errors turns SIGTERM / SIGHUP into
+    the interrupt that unwinds through the temporary file's removal, then exits 128 + signal)."""
     from llmrt.model import physical_core_count
     from llmrt.quantize import quantize_file
 
@@ -758,15 +757,7 @@ def quantize(input_path, output_path, qtype, threads):
         raise FileNotFoundError(f"no such file: {input_path}" if not os.path.isdir(input_path)
                                 else f"{input_path} is a directory, not a GGUF file")
 
-    def stop(signum, frame):   # unwinds through the temporary file's cleanup, exit 128 + signum
-        raise SystemExit(128 + signum)
-
-    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        r = quantize_file(input_path, output_path, qtype, n_threads=threads or physical_core_count())
-    finally:
-        for s, h in before.items():
-            signal.signal(s, h)
+    r = quantize_file(input_path, output_path, qtype, n_threads=threads or physical_core_count())
     _log(r.summary())
 
 

@@ -113,7 +113,11 @@ def prefill(session, ids: Sequence[int], progress=None) -> np.ndarray:
     `session.truncate(n)` if the session has it, else reset and re-evaluated. `progress`:
     made by progress(n_ids) for the n_ids to evaluate and passed to `session.eval` (which calls
     its update(n) per graph run); it is used as a context manager (a llmrt.progress.Progress)."""
-    ids = id_list(ids)
+    return _prefill(session, id_list(ids), progress)
+
+
+def _prefill(session, ids: list[int], progress=None) -> np.ndarray:
+    """prefill() of ids already checked (generate() checks them once for all its uses)."""
     if not ids:
         raise ValueError("[generate] the prompt is empty: at least one token is needed")
     return _prefill_from(session, ids, _common_prefix(list(session.tokens), ids), progress)[0]
@@ -312,7 +316,7 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
         sampler = make_sampler(sampler, do_sample, **sampling)
         _token_limit(max_new_tokens)    # checked before the prompt is evaluated
         prompt_ids = id_list(prompt_ids)
-        logits = prefill(session, prompt_ids)
+        logits = _prefill(session, prompt_ids)
         if streamer is not None:
             streamer.put(np.asarray(prompt_ids, dtype=np.int64))
     except BaseException:
