@@ -52,7 +52,7 @@ def weight_bytes_per_token(model) -> int:
     norms and biases (1-D) are counted too, they are read as well. Experts (a MoE model's
     `*_exps` tensors, or an old file's per-expert ones) count for expert_used_count /
     expert_count of their bytes: a token reads only the experts it chose."""
-    from llmrt.gguf import SPLIT_EXPERT, is_expert_tensor
+    from llmrt.gguf import is_expert_tensor, merged_expert_name
 
     tensors = model.gguf.tensors
     replaced = getattr(model, "_replaced", None) or {}     # weights quantized at load
@@ -66,8 +66,7 @@ def weight_bytes_per_token(model) -> int:
 
     # the graph's weights: the file's tensors, an old file's per-expert ones as merged at load
     def merged_at_load(n):       # blk.N.ffn_gate.E.weight -> blk.N.ffn_gate_exps.weight
-        m = SPLIT_EXPERT.match(n)
-        return m is not None and f"blk.{m.group(1)}.ffn_{m.group(2)}_exps.weight" in replaced
+        return merged_expert_name(n) in replaced
 
     names = [n for n in tensors if not merged_at_load(n)]
     names += [n for n in replaced if n not in tensors]

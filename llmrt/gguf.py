@@ -568,6 +568,13 @@ def load_gguf(path) -> GGUFFile:
 SPLIT_EXPERT = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)\.(\d+)\.weight$")
 
 
+def merged_expert_name(name: str) -> str | None:
+    """blk.N.ffn_{gate,up,down}.E.weight (an old Mixtral file's per-expert tensor) -> the merged
+    3-D tensor it becomes at load, blk.N.ffn_{gate,up,down}_exps.weight; None for other names."""
+    m = SPLIT_EXPERT.match(name)
+    return None if m is None else f"blk.{m.group(1)}.ffn_{m.group(2)}_exps.weight"
+
+
 def is_expert_tensor(name: str) -> bool:
     """A MoE expert weight: merged (`blk.N.ffn_*_exps.weight`) or an old file's per-expert
     `blk.N.ffn_{gate,up,down}.E.weight` (a token reads only the experts it chose)."""

@@ -45,7 +45,7 @@ import numpy as np
 from llmrt import quants
 from llmrt.atomic import atomic_file, writable_target
 from llmrt.errors import ModelFormatError
-from llmrt.gguf import SPLIT_EXPERT, GGUFFile
+from llmrt.gguf import GGUFFile, merged_expert_name
 from llmrt.progress import Progress
 
 log = logging.getLogger("llmrt")
@@ -383,10 +383,9 @@ def check_input(f: GGUFFile) -> None:
     hp = family.HParams.from_gguf(f)
     stacked: dict = {}          # old Mixtral files: the merged shape of each layer's experts
     for n, t in f.tensors.items():
-        m = SPLIT_EXPERT.match(n)
-        if m:
-            e = stacked.setdefault(f"blk.{m.group(1)}.ffn_{m.group(2)}_exps.weight", [tuple(t.shape), 0])
-            e[1] += 1
+        merged = merged_expert_name(n)
+        if merged is not None:
+            stacked.setdefault(merged, [tuple(t.shape), 0])[1] += 1
     check_tensors(f, family, hp, {k: shape + (n,) for k, (shape, n) in stacked.items()})
 
 
