@@ -1,5 +1,6 @@
 """Call `llmrt serve` with the official OpenAI client: a streamed chat, a second turn served
-from the slot's cache (usage.prompt_tokens_details.cached_tokens), and four conversations at once.
+from the slot's cache (usage.prompt_tokens_details.cached_tokens), four conversations at once,
+and the log-probabilities of an answer's tokens with their alternatives.
 
     python examples/serve_client.py [BASE_URL]
 
@@ -83,7 +84,14 @@ try:
         t.join()
     for t in topics:
         print(f"- {t}: {out[t].strip()}")
-    print(f"[4 answers in {time.perf_counter() - t0:.2f} s]")
+    print(f"[4 answers in {time.perf_counter() - t0:.2f} s]\n")
+
+    # 4. how sure the model was of each token, and what else it considered
+    r = client.chat.completions.create(model=model, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3,
+                                       messages=[{"role": "user", "content": "What is the capital of France?"}])
+    for e in r.choices[0].logprobs.content:
+        alts = ", ".join(f"{t.token!r} {t.logprob:.2f}" for t in e.top_logprobs[1:])
+        print(f"{e.token!r:>14} {e.logprob:6.2f}   (also: {alts})")
 finally:
     if proc is not None:
         proc.terminate()

@@ -410,8 +410,7 @@ def chat(model, system, n_predict, chat_template, ignore_eos, session_path, n_ke
     _log(f"chat template: {cs.template.name}")
     _log(f"sampling: {cs.sampler!r}")
     if interactive:
-        click.echo("Chat: /reset starts over, /save PATH and /load PATH keep a conversation, "
-                   "/quit exits, Ctrl-C stops an answer.")
+        click.echo("Chat: " + CHAT_HELP)
     streamer = TextStreamer(m.tokenizer, skip_prompt=True)
     try:
         _chat_loop(cs, m, streamer, interactive)
@@ -448,6 +447,10 @@ def _apply_given_options(cs, *, n_predict, ignore_eos, sampling):
              "conversation's (start a new session file to change them)")
 
 
+CHAT_HELP = ("/reset starts over, /save PATH and /load PATH keep a conversation, /quit exits, "
+             "/help shows this, Ctrl-C stops an answer.")
+
+
 def _chat_loop(cs, m, streamer, interactive):
     from llmrt.chat import ChatSession
 
@@ -467,10 +470,15 @@ def _chat_loop(cs, m, streamer, interactive):
             if interactive:
                 click.echo("(conversation cleared)")
             continue
-        if cmd.startswith(("/save ", "/load ")):
+        if cmd == "/help":
+            _log(CHAT_HELP)
+            continue
+        if cmd.split(maxsplit=1)[0] in ("/save", "/load"):
             path = cmd[6:].strip()
             try:
-                if cmd.startswith("/save "):
+                if not path:     # (was sent to the model as a message)
+                    raise ValueError(f"{cmd} needs a file: {cmd} PATH")
+                if cmd.startswith("/save"):
                     n = cs.save(path)
                     _log(f"session: saved {path} ({n / 1e6:.1f} MB)")
                 else:

@@ -73,6 +73,8 @@ _PREFILL_SHARE = 2.0
 _PREFILL_MIN = 16
 # weight of the newest step in the step-time averages
 _EMA = 0.25
+# most alternatives a request may ask logprobs for (OpenAI's top_logprobs bound)
+MAX_TOP_LOGPROBS = 20
 
 
 def _average(avg: Optional[float], x: float) -> float:
@@ -92,6 +94,31 @@ class SlotBusy(RuntimeError):
     """A slot operation (save, restore) on a slot that is serving a request."""
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability under the model (log-softmax of its raw logits:
+    before temperature, penalties or truncation, as OpenAI reports them) and the `top` most
+    likely ids with theirs, highest first: [(id, logprob), ...]."""
+    id: int
+    logprob: float
+    top: tuple
+
+
+def token_logprob(logits, tok: int, k: int) -> TokenLogprob:
+    """tok's TokenLogprob with k alternatives from one row of logits (float64 log-softmax; ties
+    in the top k go to the lower id)."""
+    lg = np.asarray(logits, dtype=np.float64)
+    m = lg.max()
+    lse = m + np.log(np.exp(lg - m).sum())
+    top = ()
+    if k > 0:
+        k = min(k, lg.size)
+        idx = np.argpartition(-lg, k - 1)[:k] if k < lg.size else np.arange(lg.size)
+        idx = sorted(idx.tolist(), key=lambda i: (-lg[i], i))
+        top = tuple((i, float(lg[i] - lse)) for i in idx)
+    return TokenLogprob(int(tok), float(lg[tok] - lse), top)
+
+
 @dataclass
 class Usage:
     prompt_tokens: int = 0
@@ -108,14 +135,17 @@ class Request:
     piece; raises RuntimeError if the request failed), or wait() for the end. cancel() stops it
     (its slot is freed within one engine step). on_event, if set before the engine sees the
     request, is called from the engine thread as on_event(kind, payload) for kind "text"
-    (payload: a str) and "done" (payload: None) instead of queueing them for iteration; if it
+    (payload: a str), "logprobs" (payload: a TokenLogprob, before the token's "text"; only when
+    the request asked for logprobs) and "done" (payload: None) instead of queueing them for
+    iteration; if it
     raises, the error is logged, the callback is not called again and the request is cancelled
     (the engine and the other requests go on)."""
 
     _ids = itertools.count(1)
 
     def __init__(self, prompt_ids: list, sampler, max_tokens: Optional[int], stop: list,
-                 ignore_eos: bool, conversation: Optional[str], n_keep: Optional[int]):
+                 ignore_eos: bool, conversation: Optional[str], n_keep: Optional[int],
+                 top_logprobs: Optional[int] = None):
         self.id = next(Request._ids)
         self.prompt_ids = prompt_ids
         self.sampler = sampler
@@ -125,6 +155,10 @@ class Request:
         self.conversation = conversation
         self.n_keep = n_keep
         self.ids: list = []                 # generated ids (the end-of-generation id included)
+        # logprobs: None (not asked), else one TokenLogprob per generated token with top_logprobs
+        # alternatives each (an ending end-of-generation id has none: it is no output)
+        self.top_logprobs = top_logprobs
+        self.logprobs: Optional[list] = None if top_logprobs is None else []
         self.text = ""                      # released text (stop strings cut off)
         self.finish_reason: Optional[str] = None   # stop | length | cancelled | error
         self.stop_matched: Optional[str] = None
@@ -173,7 +207,7 @@ class Request:
             kind, payload = self._events.get()
             if kind == "text":
                 yield payload
-            else:
+            elif kind == "done":
                 self._stream_read = True
         if self.finish_reason == "error":
             raise RuntimeError(f"request {self.id} failed: {self.error}")
@@ -313,12 +347,14 @@ class Engine:
     def submit(self, prompt, *, max_tokens: Optional[int] = None, stop: Sequence[str] | str = (),
                ignore_eos: bool = False, conversation: Optional[str] = None,
                n_keep: Optional[int] = None, on_event=None, sampler=None,
-               do_sample: Optional[bool] = None, **sampling) -> Request:
+               do_sample: Optional[bool] = None, logprobs: Optional[int] = None, **sampling) -> Request:
         """Queue a generation. prompt: token ids, or text (encoded with BOS as Model.generate).
         max_tokens: None for the engine's n_predict. sampling: temperature, top_k, top_p, min_p,
         repeat_penalty, repeat_last_n, seed, frequency_penalty, presence_penalty (Sampler).
         conversation: a key that prefers the slot that served it last. n_keep: the slot's pinned
-        tokens if its cache starts afresh (default: the engine's). on_event: see Request."""
+        tokens if its cache starts afresh (default: the engine's). on_event: see Request.
+        logprobs: None, or k in [0, MAX_TOP_LOGPROBS]: each generated token's log-probability
+        and its k most likely alternatives (Request.logprobs, and "logprobs" events)."""
         if self._closing:
             raise RuntimeError("the engine is closed")
         if on_event is not None and not callable(on_event):
@@ -342,9 +378,14 @@ class Engine:
             raise TypeError(f"n_keep must be an integer (or None), got {n_keep!r}")
         if n_keep is not None and not 0 <= int(n_keep) < self.n_ctx:
             raise ValueError(f"n_keep must be in [0, ctx_size = {self.n_ctx}), got {n_keep}")
+        if logprobs is not None and not is_int(logprobs):
+            raise TypeError(f"logprobs must be an integer (or None), got {logprobs!r}")
+        if logprobs is not None and not 0 <= int(logprobs) <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {logprobs}")
         sampler = make_sampler(sampler, do_sample, **sampling)
         req = Request(ids, sampler, None if max_tokens < 0 else max_tokens, stop, bool(ignore_eos),
-                      conversation, None if n_keep is None else int(n_keep))
+                      conversation, None if n_keep is None else int(n_keep),
+                      None if logprobs is None else int(logprobs))
         req._engine = self
         req.on_event = on_event
         with self._cv:
@@ -762,6 +803,10 @@ class Engine:
         if tok in self._eog and not req.ignore_eos:
             self._finish(s, "stop")
             return
+        if req.top_logprobs is not None:
+            lp = token_logprob(logits, tok, req.top_logprobs)
+            req.logprobs.append(lp)
+            req._emit("logprobs", lp)
         n0 = len(s.rel.out)
         hit = s.rel.push(tok)
         req._emit("text", "".join(s.rel.out[n0:]))

@@ -39,6 +39,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from llmrt import _core
+from llmrt.checks import is_int
 from llmrt.errors import ModelFormatError
 
 log = logging.getLogger("llmrt")
@@ -623,9 +624,13 @@ def describe(f: GGUFFile) -> dict:
         n_active += t.n_elements * (n_used / n_expert if expert else 1)
     experts = None
     if n_expert:
-        shexp = f.tensors.get("blk.0.ffn_gate_shexp.weight")
-        experts = {"count": int(n_expert), "used": int(n_used),
-                   "shared_ffn": int(shexp.shape[1]) if shexp is not None else 0,
+        # the shared expert's size: its key, else the first layer that has one (as the loader)
+        shared = f.get(f"{arch}.expert_shared_feed_forward_length") if arch else None
+        if not is_int(shared, 1):
+            gates = sorted((int(m.group(1)), name) for name in f.tensors
+                           if (m := re.fullmatch(r"blk\.(\d+)\.ffn_gate_shexp\.weight", name)))
+            shared = int(f.tensors[gates[0][1]].shape[1]) if gates else 0
+        experts = {"count": int(n_expert), "used": int(n_used), "shared_ffn": int(shared),
                    "active_params": int(round(n_active))}
     hparams = {k[len(prefix):]: v for k, v in f.metadata.items()
                if prefix and k.startswith(prefix)}

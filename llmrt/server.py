@@ -3,10 +3,11 @@
     pip install "llmrt[serve]"
     llmrt serve model.gguf --port 8080 --parallel 4 --ctx-size 2048 --n-keep auto
 
-Routes: GET / (a chat page in the browser), POST /v1/chat/completions, POST /v1/completions (both with `stream` as server-sent
-events in OpenAI's chunk format, ending with `data: [DONE]`), GET /v1/models, GET /health,
-GET /metrics (Prometheus), GET /slots (each slot's cache: cells used, pinned, shifts), POST
-/slots/{id}?action=save|restore|erase (llama.cpp's slot API; files inside --slot-save-path).
+Routes: GET / (a chat page in the browser), POST /v1/chat/completions, POST /v1/completions
+(both with `stream` as server-sent events in OpenAI's chunk format, ending with `data: [DONE]`),
+GET /v1/models (and /v1/models/{id}), GET or HEAD /health, GET /metrics (Prometheus), GET /slots
+(each slot's cache: cells used, pinned, shifts), POST /slots/{id}?action=save|restore|erase
+(llama.cpp's slot API; files inside --slot-save-path).
 
 This file is a thin layer: it parses and checks the JSON, renders the chat template, and hands
 the ids to the engine, which owns batching, slots and their streaming caches. Every bad request
@@ -14,6 +15,9 @@ gets a 4xx with an OpenAI-style body {"error": {"message", "type", "param", "cod
 JSON, invalid UTF-8, a body over --max-body-bytes (413), wrong types, unknown roles, values out
 of range; a full queue is a 503 with Retry-After. A client that disconnects cancels its request
 (its slot is free within one engine step).
+
+Log-probabilities: chat `logprobs` / `top_logprobs`, completions `logprobs` N (LogprobsFormat;
+the engine computes them, Request.logprobs).
 
 Conversation affinity: the request's `user` field, or an `X-Session-Id` header, names the
 conversation; the engine prefers the slot that served it last, so its prefix cache keeps working.
@@ -98,7 +102,24 @@ _UNSUPPORTED = (
 )
 
 
-def parse_common(body: dict, n_ctx: int) -> dict:
+def parse_logprobs(body: dict, chat: bool) -> Optional[int]:
+    """The alternatives per token asked for, or None (no logprobs). Chat: `logprobs` (a boolean)
+    and `top_logprobs` (0-20, needs logprobs true); completions: `logprobs` (0-20, OpenAI's own
+    bound there is 5)."""
+    from llmrt.engine import MAX_TOP_LOGPROBS
+
+    if chat:
+        on = _opt_type(body, "logprobs", bool, "a boolean")
+        k = _num(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, None, integer=True)
+        if k is not None and not on:
+            raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        return (k or 0) if on else None
+    if body.get("logprobs") is False:
+        return None
+    return _num(body, "logprobs", 0, MAX_TOP_LOGPROBS, None, integer=True)
+
+
+def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     """The sampling and stopping fields shared by both completion routes -> engine kwargs."""
     if not isinstance(body, dict):
         raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
@@ -108,8 +129,9 @@ def parse_common(body: dict, n_ctx: int) -> dict:
     if so is not None:
         _opt_type(so, "include_usage", bool, "a boolean")
     _num(body, "n", 1, 1, default=1, integer=True)      # one choice per request
-    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") not in (None, 0):
-        raise APIError(400, "logprobs are not supported", param="logprobs")
+    if not chat and body.get("top_logprobs") is not None:
+        raise APIError(400, "'top_logprobs' is a chat field: completions take 'logprobs': N",
+                       param="top_logprobs")
     for name, off, what in _UNSUPPORTED:   # a request that asks for them expects their effect:
         v = body.get(name)                 # refused, not answered as if they were not there
         if v is not None and not off(v):
@@ -143,7 +165,45 @@ def parse_common(body: dict, n_ctx: int) -> dict:
     if keep is not None:
         kw["n_keep"] = keep
     _opt_type(body, "user", str, "a string")
+    lp = parse_logprobs(body, chat)
+    if lp is not None:
+        kw["logprobs"] = lp
     return kw
+
+
+class LogprobsFormat:
+    """Engine TokenLogprobs as OpenAI's `logprobs` objects. Chat: {"content": [{"token", "logprob",
+    "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]} (plus llama.cpp's "id");
+    completions (legacy): {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
+    "text_offset"}, offsets counted over the whole answer across stream chunks. A token's text is
+    its piece decoded as UTF-8 (a piece that is part of a character shows U+FFFD; `bytes` has it
+    exactly)."""
+
+    def __init__(self, tokenizer, chat: bool):
+        self.tok, self.chat, self.offset = tokenizer, chat, 0
+
+    def _piece(self, i: int) -> bytes:
+        return self.tok.token_to_piece(i) if self.tok is not None else b""
+
+    def _entry(self, i: int, lp: float) -> dict:
+        b = self._piece(i)
+        return {"id": i, "token": b.decode("utf-8", errors="replace"), "logprob": lp, "bytes": list(b)}
+
+    def __call__(self, entries: list) -> dict:
+        if self.chat:
+            return {"content": [dict(self._entry(e.id, e.logprob),
+                                     top_logprobs=[self._entry(i, lp) for i, lp in e.top])
+                                for e in entries]}
+        out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for e in entries:
+            t = self._piece(e.id).decode("utf-8", errors="replace")
+            out["tokens"].append(t)
+            out["token_logprobs"].append(e.logprob)
+            out["top_logprobs"].append({self._piece(i).decode("utf-8", errors="replace"): lp
+                                        for i, lp in e.top})
+            out["text_offset"].append(self.offset)
+            self.offset += len(t)
+        return out
 
 
 def _content_text(content, i: int) -> str:
@@ -394,6 +454,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         obj = "chat.completion" if chat else "text_completion"
         name = model_name
+        lpf = LogprobsFormat(tok, chat) if kw.get("logprobs") is not None else None
 
         if not stream:
             parts = []
@@ -415,8 +476,8 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                         continue
                     if kind == "text":
                         parts.append(payload)
-                    else:
-                        break
+                    elif kind == "done":
+                        break                   # (logprobs: req.logprobs has them all)
             except asyncio.CancelledError:
                 req.cancel()
                 raise
@@ -424,17 +485,19 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 raise failed(req)
             text = "".join(parts)
             fr = _finish_reason(req.finish_reason)
+            lp = lpf(req.logprobs) if lpf is not None else None
             choice = ({"index": 0, "message": {"role": "assistant", "content": text},
-                       "logprobs": None, "finish_reason": fr} if chat else
-                      {"index": 0, "text": text, "logprobs": None, "finish_reason": fr})
+                       "logprobs": lp, "finish_reason": fr} if chat else
+                      {"index": 0, "text": text, "logprobs": lp, "finish_reason": fr})
             return {"id": rid, "object": obj, "created": int(time.time()), "model": name,
                     "system_fingerprint": "llmrt", "choices": [choice], "usage": _usage(req)}
 
         chunk_obj = "chat.completion.chunk" if chat else "text_completion"
         created_s = int(time.time())
 
-        def chunk(delta: Optional[dict], text: Optional[str], fr: Optional[str]) -> str:
-            c = {"index": 0, "logprobs": None, "finish_reason": fr}
+        def chunk(delta: Optional[dict], text: Optional[str], fr: Optional[str],
+                  logprobs: Optional[dict] = None) -> str:
+            c = {"index": 0, "logprobs": logprobs, "finish_reason": fr}
             if chat:
                 c["delta"] = delta or {}
             else:
@@ -454,16 +517,24 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 if chat:
                     yield event(chunk({"role": "assistant", "content": ""}, None, None))
                 done = False
+                lps: list = []       # tokens' logprobs not yet sent: they go with the next text
                 while not done:
                     items = [await aq.get()]
                     while not aq.empty():           # what queued meanwhile goes in one write
                         items.append(aq.get_nowait())
                     out = []
                     for kind, payload in items:
-                        if kind == "text":
+                        if kind == "logprobs":
+                            lps.append(payload)
+                        elif kind == "text" and lps:
+                            out.append(event(chunk({"content": payload}, payload, None, lpf(lps))))
+                            lps = []
+                        elif kind == "text":
                             out.append(event(head + json.dumps(payload, ensure_ascii=False) + tail))
                         else:
                             done = True
+                    if done and lps:     # tokens whose text a stop string held back, or cut
+                        out.append(event(chunk({}, "", None, lpf(lps))))
                     if out:
                         yield "".join(out)
                 if req.finish_reason == "error":     # as OpenAI: an error event; then the end
@@ -498,7 +569,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             raise APIError(400, "this model has no tokenizer or chat template: use /v1/completions "
                                 "with token ids")
         body = await read_json(request)
-        kw = parse_common(body, engine.n_ctx)
+        kw = parse_common(body, engine.n_ctx, chat=True)
         messages = parse_messages(body)
 
         def prompt_ids():
@@ -517,7 +588,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     @app.post("/v1/completions")
     async def completions(request: Request):
         body = await read_json(request)
-        kw = parse_common(body, engine.n_ctx)
+        kw = parse_common(body, engine.n_ctx, chat=False)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]          # a batch of one
@@ -550,16 +621,26 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             page = (Path(__file__).parent / "static" / "chat.html").read_text(encoding="utf-8")
         return HTMLResponse(page, headers={"Cache-Control": "no-cache"})
 
+    def model_card() -> dict:
+        hp = model.hparams
+        return {"id": model_name, "object": "model", "created": created, "owned_by": "llmrt",
+                "meta": {"arch": model.arch, "n_vocab": model.n_vocab, "n_ctx_train": hp.n_ctx_train,
+                         "n_ctx_slot": engine.n_ctx, "n_embd": hp.n_embd, "n_layer": hp.n_layer,
+                         "slots": len(engine.slots)}}
+
     @app.get("/v1/models")
     async def models():
-        hp = model.hparams
-        return {"object": "list", "data": [{
-            "id": model_name, "object": "model", "created": created, "owned_by": "llmrt",
-            "meta": {"arch": model.arch, "n_vocab": model.n_vocab, "n_ctx_train": hp.n_ctx_train,
-                     "n_ctx_slot": engine.n_ctx, "n_embd": hp.n_embd, "n_layer": hp.n_layer,
-                     "slots": len(engine.slots)}}]}
+        return {"object": "list", "data": [model_card()]}
 
-    @app.get("/health")
+    @app.get("/v1/models/{model_id:path}")
+    async def model_by_id(model_id: str):
+        """OpenAI's retrieve-a-model (client.models.retrieve): the served model by its name."""
+        if model_id != model_name:
+            raise APIError(404, f"the model {model_id!r} does not exist: this server serves "
+                                f"{model_name!r}", param="model", code="model_not_found")
+        return model_card()
+
+    @app.api_route("/health", methods=["GET", "HEAD"])     # (HEAD: load balancers' probes)
     async def health():
         st = engine.stats()
         return {"status": "ok", "slots_idle": st["slots_total"] - st["slots_busy"],

@@ -60,6 +60,19 @@ def test_chat_keeps_the_conversation_and_resets(models, gguf):
     assert "Again" not in text
 
 
+def test_chat_save_and_load_without_a_path_and_help(models, gguf, tmp_path):
+    """`/save` or `/load` with no path was sent to the model as a message; `/help` lists the
+    commands. Piped, a bad command is an error (exit 1); a message that only starts with /save
+    is a message."""
+    r = run(["chat", gguf, "--temp", "0"], input="Hi\n/help\n/saved games?\n")
+    assert r.exit_code == 0 and r.stdout == f"{REPLY}\n" * 2 and "/save PATH and /load PATH" in r.stderr
+    assert "/saved games?" in models[-1].tokenizer.decode(models[-1].sessions[0].tokens)
+    for cmd in ("/save", "/load  "):
+        r = CliRunner().invoke(main, ["chat", gguf, "--temp", "0"], input=f"Hi\n{cmd}\nNever\n")
+        assert r.exit_code == 1 and r.stdout == f"{REPLY}\n"
+        assert f"{cmd.strip()} needs a file: {cmd.strip()} PATH" in r.stderr
+
+
 def test_chat_second_turn_sees_the_first(models, gguf):
     run(["chat", gguf, "--temp", "0"], input="First\nSecond\n")
     text = models[0].tokenizer.decode(models[0].sessions[0].tokens)

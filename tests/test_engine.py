@@ -477,3 +477,77 @@ def test_a_finished_request_iterated_again_yields_nothing(tiny):
         t.start()
         t.join(10)
     assert "".join(first) == r.text and done == [[]]
+
+
+LOGPROB_ABS = 1e-9   # the same f32 logits, log-softmax in float64 both ways: summation order only
+
+
+def test_logprobs_are_the_models_log_softmax(tiny):
+    """Each generated token's logprob and its k alternatives are the log-softmax of the logits the
+    model gives at that position (recomputed apart, token by token): sampled tokens (not only
+    the most likely), a request batched next to another, events before each token's text."""
+    from test_real_models import log_softmax
+    prompt = _ids(7, 11)
+    events = []
+    with Engine(tiny, n_parallel=2, ctx_size=64) as eng:
+        r = eng.submit(prompt, max_tokens=12, temperature=1.5, seed=3, ignore_eos=True, logprobs=4,
+                       on_event=lambda kind, payload: events.append((kind, payload)))
+        other = eng.submit(_ids(9, 12), max_tokens=12, temperature=0, ignore_eos=True)
+        r.wait(WAIT), other.wait(WAIT)
+        none = eng.submit(prompt, max_tokens=2, temperature=0, ignore_eos=True, logprobs=0).wait(WAIT)
+    assert r.finish_reason == "length" and len(r.logprobs) == len(r.ids) == 12 and other.logprobs is None
+    assert [p for kind, p in events if kind == "logprobs"] == r.logprobs
+    kinds = [kind for kind, _ in events if kind != "text"]
+    assert kinds == ["logprobs"] * 12 + ["done"]
+    sess = tiny.new_session(ctx_size=64)
+    lg = sess.eval(prompt)
+    below_top = 0
+    for tok, e in zip(r.ids, r.logprobs):
+        lp = log_softmax(lg)
+        best = np.argsort(-lp, kind="stable")[:4]
+        assert e.id == tok and abs(e.logprob - lp[tok]) <= LOGPROB_ABS
+        assert [i for i, _ in e.top] == best.tolist()
+        np.testing.assert_allclose([v for _, v in e.top], lp[best], rtol=0, atol=LOGPROB_ABS)
+        below_top += tok != best[0]
+        lg = sess.eval([tok])
+    assert below_top > 0            # the check covered sampled, not only most likely, tokens
+    assert [e.top for e in none.logprobs] == [(), ()] and len(none.logprobs) == 2
+
+
+def test_logprobs_bad_input(tiny):
+    with Engine(tiny, n_parallel=1) as eng:
+        for bad, err in ((21, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError)):
+            with pytest.raises(err, match="logprobs"):
+                eng.submit([1], logprobs=bad)
+
+
+@pytest.mark.slow
+def test_real_model_logprobs_as_close_to_llama_cpp_as_its_own(smol):
+    """SmolLM2's top-5 logprobs through the engine, position by position of the committed
+    teacher-forced texts (prompt = the text up to there, one token), against llama.cpp's n_batch-1
+    run, with test_fidelity's bounds (llama.cpp's n_batch-512 run is the yardstick); an answer
+    ended by an end-of-generation id has no entry for it."""
+    from test_fidelity import KL_FACTOR, TOP1_POINTS, closeness, ref_rows
+    from test_real_models import load_ref
+    ref = load_ref("smollm2")
+    b1, b512 = ref_rows(ref["teacher_forced_nbatch1"]), ref_rows(ref["teacher_forced"])
+    rows = []
+    with Engine(smol, n_parallel=2, ctx_size=512) as eng:
+        for e in ref["teacher_forced_nbatch1"]:
+            ids = e["ids"]
+            for p in range(1, len(ids) + 1):
+                r = eng.submit(ids[:p], max_tokens=1, temperature=0, ignore_eos=True, logprobs=5).wait(WAIT)
+                (lp,) = r.logprobs
+                assert lp.id == r.ids[0] == lp.top[0][0]
+                rows.append(([i for i, _ in lp.top], [v for _, v in lp.top], None))
+        tok = smol.tokenizer
+        from llmrt.chat import ChatTemplate, encode_chat
+        chat = encode_chat(tok, ChatTemplate.for_model(smol).render([{"role": "user", "content": "Say hi."}]))
+        c = eng.submit(chat, max_tokens=200, temperature=0, logprobs=1).wait(WAIT)
+    assert c.finish_reason == "stop" and c.ids[-1] in tok.eog_ids
+    assert [e.id for e in c.logprobs] == c.ids[:-1]
+    own, got = closeness(b1, b512)[:2], closeness(b1, rows)[:2]
+    print(f"engine logprobs vs llama.cpp n_batch 1: top-1 {100 * got[0]:.2f} %, KL5 {got[1]:.2e}; "
+          f"llama.cpp n_batch 512: {100 * own[0]:.2f} %, {own[1]:.2e}")
+    assert len(rows) == len(b1) and own[1] > 0
+    assert 100 * got[0] >= 100 * own[0] - TOP1_POINTS and got[1] <= KL_FACTOR * own[1], (got, own)

@@ -56,7 +56,8 @@ def closeness(ref_rows, other_rows):
         kls.append(kl5(rid, rlp, lookup_top5(oid, olp)))
         if rt is not None and ot is not None:
             dlp.append(abs(rt - ot))
-    return float(np.mean(agree)), float(np.mean(kls)), float(np.mean(dlp))
+    return (float(np.mean(agree)), float(np.mean(kls)),
+            float(np.mean(dlp)) if dlp else float("nan"))     # (nan: no next-token log-probs)
 
 
 def ref_rows(run):

@@ -111,6 +111,12 @@ def test_models_and_health(server):
     assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
     h = server.health()
     assert h["status"] == "ok" and h["slots_idle"] + h["slots_processing"] == 4
+    head = httpx.head(server.url + "/health", timeout=5)             # load balancers' probes
+    assert head.status_code == 200 and head.content == b""
+    one = server.client.models.retrieve("SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert one.id == models.data[0].id and one.owned_by == "llmrt"
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        server.client.models.retrieve("gpt-4o")
 
 
 def test_chat_streamed_equals_not_streamed(server):
@@ -163,6 +169,45 @@ def test_completions_stop_and_length(server):
     assert "".join(pieces) == text
     ids = server.client.completions.create(model="x", prompt=[1, 504, 30, 216], temperature=0, max_tokens=3)
     assert ids.usage.prompt_tokens == 4
+
+
+def test_logprobs_chat_and_completions(server):
+    """logprobs through the openai client: one entry per generated token (the end-of-generation
+    id has none), alternatives most likely first, greedy tokens the most likely; the token texts
+    and bytes make up the answer; streamed chunks carry the same entries as the whole answer;
+    completions' legacy object with its text offsets."""
+    from llmrt import Model
+    tok = Model(real_model_path("smollm2-135m-instruct"), n_threads=1).tokenizer
+    r = server.client.chat.completions.create(model="x", messages=MSG, temperature=0, max_tokens=200,
+                                              logprobs=True, top_logprobs=3)
+    c = r.choices[0]
+    content = c.logprobs.content
+    assert c.finish_reason == "stop" and len(content) == r.usage.completion_tokens - 1  # (the EOG id)
+    assert b"".join(bytes(e.bytes) for e in content).decode() == c.message.content
+    for e in content:
+        assert e.logprob <= 0 and len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token
+        assert e.top_logprobs[0].logprob == e.logprob
+        assert [t.logprob for t in e.top_logprobs] == sorted((t.logprob for t in e.top_logprobs), reverse=True)
+        assert bytes(e.bytes) == tok.token_to_piece(e.id) and e.token == bytes(e.bytes).decode(errors="replace")
+    stream = server.client.chat.completions.create(model="x", messages=MSG, temperature=0, max_tokens=200,
+                                                   logprobs=True, top_logprobs=3, stream=True)
+    streamed = [e for ch in stream for ch_c in ch.choices if ch_c.logprobs for e in ch_c.logprobs.content]
+    assert [(e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in streamed] == \
+        [(e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in content]
+    plain = server.client.chat.completions.create(model="x", messages=MSG, temperature=0, max_tokens=5)
+    assert plain.choices[0].logprobs is None
+    k = server.client.completions.create(model="x", prompt="1, 2, 3, 4,", temperature=0, max_tokens=8,
+                                         logprobs=2, stop=[" 7"])
+    lp = k.choices[0].logprobs
+    assert k.choices[0].text.startswith(" 5") and len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs)
+    assert "".join(lp.tokens).startswith(k.choices[0].text) and " 7" in "".join(lp.tokens)  # (the stop's token too)
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    assert all(len(t) <= 2 and max(t.values()) == v for t, v in zip(lp.top_logprobs, lp.token_logprobs))
+    pieces = [ch.choices[0].logprobs for ch in server.client.completions.create(
+        model="x", prompt="1, 2, 3, 4,", temperature=0, max_tokens=8, logprobs=2, stop=[" 7"], stream=True)]
+    got = [p for p in pieces if p is not None]
+    assert sum((p.tokens for p in got), []) == lp.tokens
+    assert sum((p.text_offset for p in got), []) == lp.text_offset
 
 
 def test_prefix_cache_over_turns(server):
@@ -365,7 +410,9 @@ BAD = [
     (json.dumps({"messages": MSG, "stream": "yes"}).encode(), 400, "stream"),
     (json.dumps({"messages": MSG, "n": 2}).encode(), 400, "'n'"),
     (json.dumps({"messages": MSG, "seed": True}).encode(), 400, "seed"),
-    (json.dumps({"messages": MSG, "logprobs": True}).encode(), 400, "logprobs"),
+    (json.dumps({"messages": MSG, "logprobs": 3}).encode(), 400, "'logprobs' must be a boolean"),
+    (json.dumps({"messages": MSG, "top_logprobs": 2}).encode(), 400, "'top_logprobs' needs 'logprobs': true"),
+    (json.dumps({"messages": MSG, "logprobs": True, "top_logprobs": 21}).encode(), 400, "'top_logprobs' must be in"),
     # fields whose effect a client expects were silently ignored
     (json.dumps({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}).encode(),
      400, "'tools' is not supported (no tool calling)"),
@@ -407,6 +454,8 @@ def test_unsupported_fields_at_their_off_values_are_accepted(server):
     ({"prompt": "x", "presence_penalty": 3}, "presence_penalty"), ({}, "prompt"),
     ({"prompt": "\ud800 lone"}, "prompt has an unpaired UTF-16 surrogate"),
     ({"prompt": "x", "stop": ["\udc00"]}, "stop[0] has an unpaired UTF-16 surrogate"),
+    ({"prompt": "x", "logprobs": 21}, "'logprobs' must be in"), ({"prompt": "x", "logprobs": True}, "'logprobs' must be an integer"),
+    ({"prompt": "x", "logprobs": 1, "top_logprobs": 2}, "'top_logprobs' is a chat field"),
 ])
 def test_bad_completion_requests(server, body, needle):
     r = httpx.post(server.url + "/v1/completions", content=json.dumps(body).encode(), timeout=TIMEOUT,
