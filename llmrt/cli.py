@@ -802,6 +802,11 @@ def quantize(input_path, output_path, qtype, threads):
               help="Largest request body accepted (413 above).")
 @click.option("--slot-save-path", default=None, metavar="DIR",
               help="Directory of POST /slots/{id}?action=save|restore files (off without it).")
+@click.option("--api-key", "api_keys", multiple=True, metavar="KEY", envvar="LLMRT_API_KEY",
+              help="Require this key (Authorization: Bearer KEY) on every route but /health, "
+                   "/v1/models and the chat page; repeatable; or LLMRT_API_KEY (space-separated).")
+@click.option("--api-key-file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
+              help="Also accept the keys in FILE, one per line.")
 @click.option("--ray", "use_ray", is_flag=True,
               help="Run --replicas replicas on Ray Serve behind its HTTP proxy (pip install "
                    "\"llmrt[ray]\"), with conversation affinity (serve_multiplexed_model_id header).")
@@ -812,8 +817,8 @@ def quantize(input_path, output_path, qtype, threads):
 @_wq_options
 @friendly_errors
 def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, prefill_chunk, n_predict,
-          max_queue, timeout, chat_template, alias, max_body_bytes, slot_save_path, use_ray, replicas,
-          ray_address, threads, wq):
+          max_queue, timeout, chat_template, alias, max_body_bytes, slot_save_path, api_keys, api_key_file,
+          use_ray, replicas, ray_address, threads, wq):
     """Serve MODEL (default: smollm2-135m-instruct) over an OpenAI-compatible HTTP API:
     /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics. Needs the serve extra:
     pip install "llmrt[serve]"."""
@@ -831,6 +836,7 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
 
     keep = _parse_keep(n_keep, "auto")
     chunk = _parse_prefill_chunk(prefill_chunk)
+    keys = _api_keys(api_keys, api_key_file)
     if parallel < 1:
         raise click.BadParameter(f"must be >= 1, got {parallel}", param_hint="--parallel")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -850,7 +856,8 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
         ray_serve.run(path, host=host, port=port, replicas=replicas, address=ray_address, options={
             "threads": threads, "ctx_size": ctx_size, "parallel": parallel, "n_keep": keep,
             "n_discard": n_discard, "n_batch": n_batch, "max_queue": max_queue, "timeout": timeout,
-            "n_predict": n_predict, "chat_template": chat_template, "alias": alias, "prefill_chunk": chunk})
+            "n_predict": n_predict, "chat_template": chat_template, "alias": alias, "prefill_chunk": chunk,
+            "api_keys": keys})
         return
     socks = listen_sockets(host, port)      # a busy port fails now, not after the load
     try:
@@ -863,4 +870,23 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
                n_discard=n_discard, n_batch=n_batch, max_queue=max_queue, timeout=timeout,
                n_predict=n_predict, chat_template=chat_template, alias=alias,
                max_body_bytes=max_body_bytes, slot_save_path=slot_save_path, prefill_chunk=chunk,
-               sockets=socks)
+               sockets=socks, api_keys=keys)
+
+
+def _api_keys(given, path) -> list:
+    """--api-key values (LLMRT_API_KEY: space-separated) and --api-key-file's lines (blank
+    lines and # comments skipped), in order, each once."""
+    keys = [k for v in given for k in v.split()]
+    if path is not None:
+        try:
+            lines = read_utf8(path).splitlines()
+        except OSError as e:
+            raise ValueError(f"--api-key-file: cannot read {path}: {e.strerror}") from None
+        keys += [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+        if not keys:
+            raise click.BadParameter(f"{path} holds no key", param_hint="--api-key-file")
+    for k in keys:
+        if len(k) > 4096 or not (k.isascii() and k.isprintable()):   # (what a header carries)
+            raise click.BadParameter("an API key must be printable ASCII of at most 4096 characters",
+                                     param_hint="--api-key")
+    return list(dict.fromkeys(keys))

@@ -81,7 +81,8 @@ class LlmrtReplica:
                              prefill_chunk=o.get("prefill_chunk"))
         template = (ChatTemplate.for_model(model, o.get("chat_template"))
                     if model.tokenizer is not None else None)
-        app = create_app(self.engine, o.get("alias") or os.path.basename(model_path), template, n_keep=keep)
+        app = create_app(self.engine, o.get("alias") or os.path.basename(model_path), template, n_keep=keep,
+                         api_keys=o.get("api_keys"))
         ctx = serve.get_replica_context()
         self.replica = f"{ctx.replica_id.unique_id}:{os.getpid()}"
 

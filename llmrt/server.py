@@ -19,11 +19,15 @@ of range; a full queue is a 503 with Retry-After. A client that disconnects canc
 Log-probabilities: chat `logprobs` / `top_logprobs`, completions `logprobs` N (LogprobsFormat;
 the engine computes them, Request.logprobs).
 
+API keys (--api-key, --api-key-file, LLMRT_API_KEY): every route but GET /health, GET /v1/models
+and the chat page needs `Authorization: Bearer KEY` (or `X-Api-Key: KEY`), else a 401.
+
 Conversation affinity: the request's `user` field, or an `X-Session-Id` header, names the
 conversation; the engine prefers the slot that served it last, so its prefix cache keeps working.
 """
 
 import asyncio
+import hmac
 import json
 import logging
 import math
@@ -44,6 +48,9 @@ SAMPLING_DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.
 
 
 DISCONNECT_POLL_S = 0.5   # how often a non-streamed request looks for a client that left
+# routes open without an API key (as llama-server's: health, the model list; and the chat page,
+# which asks for the key when the API answers 401)
+PUBLIC_ROUTES = frozenset({"/health", "/v1/models", "/"})
 
 
 class APIError(Exception):
@@ -278,11 +285,14 @@ def _check_unicode(body: dict):
 
 
 def create_app(engine, model_name: str, template=None, *, n_keep="auto",
-               max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None):
+               max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None,
+               api_keys=None):
     """The FastAPI app over `engine` (llmrt.engine.Engine). template: a llmrt.chat.ChatTemplate
     (default: the model's). n_keep: "auto" pins BOS + the system prompt of each new conversation
     (capped at half the context), an int pins that many, None leaves the engine's.
-    slot_save_path: the directory of POST /slots/{id}?action=save|restore (None: off)."""
+    slot_save_path: the directory of POST /slots/{id}?action=save|restore (None: off).
+    api_keys: if any, every route but PUBLIC_ROUTES needs one of them (`Authorization: Bearer
+    KEY`, or llama.cpp's `X-Api-Key: KEY`): else a 401."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -387,7 +397,36 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 http_requests.labels(getattr(route, "path", "other"),
                                      str(status[0] if status else 500)).inc()
 
-    app.add_middleware(CountRequests)
+    keys = [k.encode() for k in (api_keys or ())]
+    if any(not k or len(k) > 4096 for k in keys):
+        raise ValueError("an API key must be 1 to 4096 bytes")
+
+    class RequireKey:
+        """Requests to a route not in PUBLIC_ROUTES without one of the keys get a 401 (compared
+        in constant time; CORS preflights pass)."""
+
+        def __init__(self, app):
+            self.app = app
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] == "http" and scope["path"] not in PUBLIC_ROUTES and scope["method"] != "OPTIONS":
+                given = b""
+                for name, value in scope["headers"]:
+                    if name == b"authorization" and value[:7].lower() == b"bearer ":
+                        given = value[7:].strip()
+                    elif name == b"x-api-key":
+                        given = value.strip()
+                # (every key compared: the time does not tell which one nearly matched)
+                if not sum(hmac.compare_digest(given, k) for k in keys):
+                    e = APIError(401, "a valid API key is needed: send 'Authorization: Bearer KEY'",
+                                 code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+                    await error_response(e)(scope, receive, send)
+                    return
+            await self.app(scope, receive, send)
+
+    if keys:
+        app.add_middleware(RequireKey)
+    app.add_middleware(CountRequests)       # (added last: outermost, it counts the 401s too)
 
     async def read_json(request: Request) -> dict:
         cl = request.headers.get("content-length")
@@ -733,7 +772,7 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
           n_batch: int = 256, max_queue: int = 64, timeout: float = 600.0, n_predict: int = -1,
           chat_template: Optional[str] = None, alias: Optional[str] = None,
           max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None, model=None,
-          log_level: str = "info", prefill_chunk: Optional[int] = None, sockets=None):
+          log_level: str = "info", prefill_chunk: Optional[int] = None, sockets=None, api_keys=None):
     """Load the model, start the engine and run uvicorn until interrupted. `sockets`: ones
     listen_sockets() bound already (they are closed on return), else host:port is bound first."""
     import os
@@ -760,9 +799,11 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
             if slot_save_path is not None:
                 os.makedirs(slot_save_path, exist_ok=True)
             app = create_app(engine, name, template, n_keep=n_keep, max_body_bytes=max_body_bytes,
-                             slot_save_path=slot_save_path)
-            log.info("llmrt: serving %s on http://%s:%d (%d slots of %d cells, n_keep %s)", name,
-                     host, socks[0].getsockname()[1], parallel, ctx, n_keep)
+                             slot_save_path=slot_save_path, api_keys=api_keys)
+            log.info("llmrt: serving %s on http://%s:%d (%d slots of %d cells, n_keep %s%s)", name,
+                     host, socks[0].getsockname()[1], parallel, ctx, n_keep,
+                     f", {len(api_keys)} API key{'s' if len(api_keys) > 1 else ''}" if api_keys else
+                     ", no API key")
             config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5)
             uvicorn.Server(config).run(sockets=socks)
         finally:

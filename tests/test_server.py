@@ -488,6 +488,46 @@ def test_metrics_names(server):
     assert any(k.startswith("llmrt_http_requests_total{") for k in m)
 
 
+def test_api_keys(tmp_path):
+    """--api-key / --api-key-file: every route but /health, /v1/models and the chat page needs a
+    key (Bearer or X-Api-Key), else a 401 in OpenAI's format, counted in /metrics."""
+    keyfile = tmp_path / "keys.txt"
+    keyfile.write_text("# the second key\nk-two\n\n")
+    s = Server(tmp_path, "--api-key", "k-one", "--api-key-file", str(keyfile), "-np", "1", "-c", "128")
+    try:
+        for path in ("/health", "/v1/models", "/"):
+            assert httpx.get(s.url + path, timeout=10).status_code == 200, path
+        with pytest.raises(openai.AuthenticationError, match="a valid API key is needed"):
+            s.client.chat.completions.create(model="x", messages=MSG, max_tokens=2)
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=TIMEOUT,
+                       headers={"Authorization": "Bearer k-wrong"})
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert r.json()["error"]["code"] == "invalid_api_key"
+        ok = openai.OpenAI(base_url=s.url + "/v1", api_key="k-one", timeout=TIMEOUT, max_retries=0)
+        assert ok.chat.completions.create(model="x", messages=MSG, max_tokens=2).usage.completion_tokens == 2
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=TIMEOUT,
+                       headers={"X-Api-Key": "k-two"})
+        assert r.status_code == 200, r.text
+        assert httpx.get(s.url + "/metrics", timeout=10).status_code == 401
+        m = httpx.get(s.url + "/metrics", timeout=10, headers={"Authorization": "Bearer k-two"}).text
+        assert 'llmrt_http_requests_total{route="other",status="401"} 3.0' in m     # (chat, completions, metrics)
+        assert "2 API keys" in s.log.read_text()
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--api-key-file", "EMPTY"], "holds no key"), (["--api-key", "caf\u00e9"], "printable ASCII"),
+    (["--api-key-file", "MISSING"], "cannot read"),
+])
+def test_cli_rejects_bad_api_keys(tmp_path, args, msg):
+    (tmp_path / "EMPTY").write_text("# none\n")
+    args = [str(tmp_path / a) if a in ("EMPTY", "MISSING") else a for a in args]
+    r = subprocess.run([sys.executable, "-m", "llmrt", "serve", real_model_path("smollm2-135m-instruct"),
+                        "--port", str(_free_port()), *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and msg in r.stderr, r.stderr
+
+
 def test_cli_rejects_a_bad_prefill_chunk(tmp_path):
     r = subprocess.run([sys.executable, "-m", "llmrt", "serve", "--prefill-chunk", "0", "--port", str(_free_port())],
                        capture_output=True, text=True, timeout=60, env=dict(os.environ))

@@ -122,3 +122,37 @@ def test_markdown_and_code_blocks_render_safely(browser_page):
     assert "<ul><li>one</li><li>two</li></ul>" in html
     assert '<pre><code data-lang="python">print(\'&lt;b&gt;\')' in html
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_chat_page_asks_for_the_api_key(browser_page, tmp_path):
+    """A server started with --api-key: the page loads (public), its first message is answered
+    401, the page asks for the key once, keeps it, and the answer streams."""
+    from test_server import Server
+    _, first = browser_page
+    server = Server(tmp_path, "--api-key", "page-key", "-np", "1", "-c", "256")
+    page = first.context.browser.new_page()
+    page.set_default_timeout(WAIT_MS)
+    asked = []
+
+    def answer(dialog):
+        asked.append(dialog.message)
+        dialog.accept("page-key")
+    page.on("dialog", answer)
+    try:
+        page.goto(server.url + "/")
+        page.wait_for_function("document.getElementById('model').textContent.endsWith('.gguf')")
+        page.evaluate("localStorage.clear()")
+        page.click("summary")
+        page.fill("#max-tokens", "8")
+        page.locator("#max-tokens").press("Tab")
+        page.focus("#input")
+        page.keyboard.type("Hello!")
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelectorAll('.msg[data-role=assistant]').length === 1 && "
+                               "document.body.dataset.state === 'idle'")
+        assert asked == ["This server needs an API key:"]
+        assert len(_answers(page).last.inner_text()) > 0 and "tokens/s" in page.inner_text("#status")
+        assert page.evaluate("localStorage.getItem('llmrt-api-key')") == "page-key"
+    finally:
+        page.close()
+        server.stop()
