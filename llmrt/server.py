@@ -5,7 +5,8 @@
 
 Routes: GET / (a chat page in the browser), POST /v1/chat/completions, POST /v1/completions
 (both with `stream` as server-sent events in OpenAI's chunk format, ending with `data: [DONE]`),
-GET /v1/models (and /v1/models/{id}), GET or HEAD /health, GET /metrics (Prometheus), GET /slots
+GET /v1/models (and /v1/models/{id}), POST /tokenize and /detokenize (llama-server's), GET or
+HEAD /health, GET /metrics (Prometheus), GET /slots
 (each slot's cache: cells used, pinned, shifts), POST /slots/{id}?action=save|restore|erase
 (llama.cpp's slot API; files inside --slot-save-path).
 
@@ -678,6 +679,52 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             raise APIError(404, f"the model {model_id!r} does not exist: this server serves "
                                 f"{model_name!r}", param="model", code="model_not_found")
         return model_card()
+
+    def need_tokenizer():
+        if tok is None:
+            raise APIError(400, "this model has no tokenizer")
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        """llama-server's: {"content", "add_special" (false), "parse_special" (true), "with_pieces"
+        (false)} -> {"tokens": [id, ...]}, or [{"id", "piece"}, ...] with pieces (a piece that
+        is not whole UTF-8 is its list of bytes)."""
+        need_tokenizer()
+        body = await read_json(request)
+        content = body.get("content")
+        if not isinstance(content, str):
+            raise APIError(400, "'content' must be a string", param="content")
+        add = _opt_type(body, "add_special", bool, "a boolean") or False
+        parse = _opt_type(body, "parse_special", bool, "a boolean")
+        pieces = _opt_type(body, "with_pieces", bool, "a boolean") or False
+        ids = await run_in_threadpool(tok.encode, content, add_special=add,
+                                      parse_special=True if parse is None else parse)
+        if not pieces:
+            return {"tokens": ids}
+        out = []
+        for i in ids:
+            b = tok.token_to_piece(i)
+            try:
+                out.append({"id": i, "piece": b.decode("utf-8")})
+            except UnicodeDecodeError:
+                out.append({"id": i, "piece": list(b)})
+        return {"tokens": out}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        """llama-server's: {"tokens": [id, ...]} -> {"content": text} (special tokens rendered;
+        bytes that are not whole UTF-8 become U+FFFD)."""
+        need_tokenizer()
+        body = await read_json(request)
+        ids = body.get("tokens")
+        if not isinstance(ids, list) or not all(is_int(i) for i in ids):
+            raise APIError(400, "'tokens' must be a list of token ids", param="tokens")
+        bad = [i for i in ids if not 0 <= i < model.n_vocab]
+        if bad:
+            raise APIError(400, f"token id {bad[0]} is out of range for a vocabulary of {model.n_vocab}",
+                           param="tokens")
+        text = await run_in_threadpool(tok.detokenize, ids, remove_special=False, unparse_special=True)
+        return {"content": text.decode("utf-8", errors="replace")}
 
     @app.api_route("/health", methods=["GET", "HEAD"])     # (HEAD: load balancers' probes)
     async def health():

@@ -210,6 +210,27 @@ def test_logprobs_chat_and_completions(server):
     assert sum((p.text_offset for p in got), []) == lp.text_offset
 
 
+def test_tokenize_and_detokenize(server):
+    """llama-server's /tokenize and /detokenize: the ids the library's tokenizer gives, pieces
+    (bytes where a piece is not whole UTF-8), specials parsed by default, and bad input 400."""
+    from llmrt import Model
+    tok = Model(real_model_path("smollm2-135m-instruct"), n_threads=1).tokenizer
+    text = "<|im_start|>user\nHello, 你好!"
+    post = lambda path, body: httpx.post(server.url + path, json=body, timeout=TIMEOUT)  # noqa: E731
+    ids = post("/tokenize", {"content": text}).json()["tokens"]
+    assert ids == tok.encode(text, add_special=False, parse_special=True) and ids[0] == tok.token_to_id("<|im_start|>")
+    assert post("/tokenize", {"content": text, "parse_special": False}).json()["tokens"] == tok.encode(text, add_special=False)
+    pieces = post("/tokenize", {"content": "你", "with_pieces": True}).json()["tokens"]
+    assert b"".join(bytes(p["piece"]) if isinstance(p["piece"], list) else p["piece"].encode() for p in pieces) == "你".encode()
+    assert any(isinstance(p["piece"], list) for p in pieces)        # 你 is split inside its bytes
+    assert post("/detokenize", {"tokens": ids}).json()["content"] == text
+    for path, body, needle in (("/tokenize", {"content": 5}, "'content'"), ("/detokenize", {"tokens": "x"}, "'tokens'"),
+                               ("/detokenize", {"tokens": [10 ** 7]}, "out of range"),
+                               ("/tokenize", {"content": "x", "with_pieces": 1}, "with_pieces")):
+        r = post(path, body)
+        assert r.status_code == 400 and needle in r.json()["error"]["message"], (path, body)
+
+
 def test_prefix_cache_over_turns(server):
     msgs = [{"role": "user", "content": "Write one sentence about the sea."}]
     r1 = server.client.chat.completions.create(model="x", messages=msgs, temperature=0, max_tokens=30,
