@@ -336,6 +336,8 @@ class ChatSession:
                          else ChatTemplate.for_model(model, template))
         self.system = system
         self.sampler = make_sampler(**sampling)
+        if getattr(model, "n_vocab", None) is not None and hasattr(self.sampler, "check_vocab"):
+            self.sampler.check_vocab(model.n_vocab)      # a logit_bias id past the vocabulary
         if n_keep != "auto" and (isinstance(n_keep, bool) or not isinstance(n_keep, int)):
             raise ValueError(f"[chat] n_keep must be an integer or 'auto', got {n_keep!r}")
         if session is None:

@@ -5,6 +5,7 @@ stderr and a non-zero exit code; no traceback.
 """
 import functools
 import os
+import re
 import sys
 import threading
 
@@ -181,6 +182,10 @@ _SAMPLING_OPTIONS = [
     click.option("--repeat-last-n", type=int, default=64, show_default=True,
                  help="How many recent tokens the repeat penalty looks at (-1: all)."),
     click.option("--seed", type=int, default=None, help="Sampling seed (default: random)."),
+    click.option("-l", "--logit-bias", "logit_bias", multiple=True, metavar="ID(+|-)BIAS",
+                 callback=lambda ctx, param, v: _parse_logit_bias(v),
+                 help="Add BIAS to token ID's logit (llama.cpp's): e.g. 15043+1, 15043-inf bans it; "
+                      "repeatable."),
     click.option("-c", "--ctx-size", type=int, default=None,
                  help="Context size in tokens (default: the model's)."),
     _THREADS_OPTION,
@@ -245,6 +250,22 @@ def _wq_options(fn):
 
 _cache_options = _options(_CACHE_OPTIONS)
 _sampling_options = _options(_SAMPLING_OPTIONS)
+
+
+def _parse_logit_bias(values):
+    """-l/--logit-bias values "ID+BIAS" / "ID-BIAS" (BIAS a number or inf) -> {id: bias}, or None."""
+    out = {}
+    for v in values:
+        m = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(inf|[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*", v)
+        if m is None:
+            raise click.BadParameter(f"{v!r} is not ID+BIAS or ID-BIAS (e.g. 15043+1, 15043-inf)",
+                                     param_hint="--logit-bias")
+        bias = float(m.group(3)) * (1 if m.group(2) == "+" else -1)
+        if bias == float("inf"):
+            raise click.BadParameter(f"{v!r}: +inf would make the token the only choice; use a large "
+                                     "finite bias", param_hint="--logit-bias")
+        out[int(m.group(1))] = bias
+    return out or None
 
 
 def _int_or_auto(value, minimum: int, hint: str):
@@ -434,7 +455,7 @@ def _apply_given_options(cs, *, n_predict, ignore_eos, sampling):
     if "ignore_eos" in given:
         cs.ignore_eos = ignore_eos
     if given & set(sampling):
-        cs.sampler = make_sampler(**sampling)
+        cs.sampler = make_sampler(**sampling).check_vocab(cs.model.n_vocab)
     sess = cs.session
     kept = {"system": cs.system, "ctx_size": sess.n_ctx, "n_discard": getattr(sess, "n_discard", None),
             "kv_mode": getattr(sess, "kv_mode", None), "n_keep": cs.n_keep}

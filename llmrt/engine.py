@@ -350,7 +350,7 @@ class Engine:
                do_sample: Optional[bool] = None, logprobs: Optional[int] = None, **sampling) -> Request:
         """Queue a generation. prompt: token ids, or text (encoded with BOS as Model.generate).
         max_tokens: None for the engine's n_predict. sampling: temperature, top_k, top_p, min_p,
-        repeat_penalty, repeat_last_n, seed, frequency_penalty, presence_penalty (Sampler).
+        repeat_penalty, repeat_last_n, seed, frequency_penalty, presence_penalty, logit_bias (Sampler).
         conversation: a key that prefers the slot that served it last. n_keep: the slot's pinned
         tokens if its cache starts afresh (default: the engine's). on_event: see Request.
         logprobs: None, or k in [0, MAX_TOP_LOGPROBS]: each generated token's log-probability
@@ -383,6 +383,8 @@ class Engine:
         if logprobs is not None and not 0 <= int(logprobs) <= MAX_TOP_LOGPROBS:
             raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {logprobs}")
         sampler = make_sampler(sampler, do_sample, **sampling)
+        if hasattr(sampler, "check_vocab"):
+            sampler.check_vocab(self.model.n_vocab)
         req = Request(ids, sampler, None if max_tokens < 0 else max_tokens, stop, bool(ignore_eos),
                       conversation, None if n_keep is None else int(n_keep),
                       None if logprobs is None else int(logprobs))

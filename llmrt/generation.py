@@ -44,7 +44,7 @@ from llmrt.sampling import Sampler
 from llmrt.streamers import make_detokenizer
 
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
-                  "seed", "frequency_penalty", "presence_penalty")
+                  "seed", "frequency_penalty", "presence_penalty", "logit_bias")
 
 log = logging.getLogger("llmrt")
 
@@ -309,11 +309,14 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
     """Generate a continuation of `prompt_ids`; returns prompt_ids + new ids.
 
     sampling: temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed,
-    frequency_penalty, presence_penalty (see Sampler), or a ready `sampler`. The session's cached
+    frequency_penalty, presence_penalty, logit_bias (see Sampler), or a ready `sampler`. The session's cached
     prefix is reused. Pass a GenerationResult as `result` to get the text and finish reason."""
     try:
         stop = stop_strings(stop)
         sampler = make_sampler(sampler, do_sample, **sampling)
+        n_vocab = getattr(getattr(session, "model", None), "n_vocab", None)
+        if n_vocab is not None and hasattr(sampler, "check_vocab"):
+            sampler.check_vocab(n_vocab)    # before the prompt is evaluated
         _token_limit(max_new_tokens)    # checked before the prompt is evaluated
         prompt_ids = id_list(prompt_ids)
         logits = _prefill(session, prompt_ids)

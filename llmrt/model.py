@@ -654,7 +654,8 @@ class Model:
                  stop: Optional[Iterable[str]] = None, ignore_eos: bool = False,
                  ctx_size: Optional[int] = None, do_sample: Optional[bool] = None,
                  n_keep: Optional[int] = None, n_discard: Optional[int] = None,
-                 kv_mode: Optional[str] = None, session: Optional[Session] = None) -> List[int]:
+                 kv_mode: Optional[str] = None, session: Optional[Session] = None,
+                 logit_bias=None) -> List[int]:
         """Generate after a prompt (ids, or text encoded with the model's tokenizer). Returns the
         prompt ids followed by the new ids (Hugging Face convention). temperature=0 is greedy.
 
@@ -663,7 +664,8 @@ class Model:
         recompute | window | none; these make a new session, so with `session=` they are an
         error (set them on the session).
         max_new_tokens=-1 (or None) generates until an end-of-generation token, forever with
-        ignore_eos=True. `session` (optional) is the Session to run on, to inspect afterwards."""
+        ignore_eos=True. `session` (optional) is the Session to run on, to inspect afterwards.
+        logit_bias: {token id: bias} added to those logits before sampling (-inf bans a token)."""
         from llmrt.generation import generate, stop_strings
 
         with contextlib.ExitStack() as held:
@@ -700,4 +702,5 @@ class Model:
             return generate(sess, prompt_ids, self.tokenizer, streamer=streamer,
                             max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                             top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
-                            repeat_last_n=repeat_last_n, seed=seed, stop=stop, ignore_eos=ignore_eos)
+                            repeat_last_n=repeat_last_n, seed=seed, stop=stop, ignore_eos=ignore_eos,
+                            logit_bias=logit_bias)

@@ -5,7 +5,10 @@
 
 The chain runs in llama.cpp's order (common/sampling.cpp, src/llama-sampler.cpp):
 
-    penalties -> top_k -> top_p -> min_p -> temperature -> dist
+    logit_bias -> penalties -> top_k -> top_p -> min_p -> temperature -> dist
+
+- logit_bias: {token id: bias} added to those ids' logits (OpenAI's logit_bias, llama.cpp's
+  --logit-bias); -inf bans a token.
 
 - penalties: every id among the last `repeat_last_n` of `prev_ids` (-1: all of them, 0: off)
   gets its logit divided by `repeat_penalty` if it is positive, multiplied if it is <= 0;
@@ -44,7 +47,7 @@ class Sampler:
     def __init__(self, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                  min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
                  seed: int | None = None, frequency_penalty: float = 0.0,
-                 presence_penalty: float = 0.0):
+                 presence_penalty: float = 0.0, logit_bias=None):
         for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p),
                         ("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
                         ("presence_penalty", presence_penalty)):
@@ -75,17 +78,44 @@ class Sampler:
         self.presence_penalty = float(presence_penalty)
         self.seed = seed
         self.rng = np.random.default_rng(None if seed is None or seed < 0 else seed)
+        self.logit_bias = _check_logit_bias(logit_bias)
+        self._lb_ids = np.fromiter(self.logit_bias, dtype=np.int64, count=len(self.logit_bias))
+        self._lb_vals = np.fromiter(self.logit_bias.values(), dtype=np.float64, count=len(self.logit_bias))
 
     def __repr__(self):
         return (f"Sampler(temperature={self.temperature}, top_k={self.top_k}, "
                 f"top_p={self.top_p}, min_p={self.min_p}, repeat_penalty={self.repeat_penalty}, "
-                f"repeat_last_n={self.repeat_last_n}, seed={self.seed})")
+                f"repeat_last_n={self.repeat_last_n}, seed={self.seed}"
+                + (f", logit_bias={self.logit_bias}" if self.logit_bias else "") + ")")
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
     # ---- chain steps (each usable alone; tests check them against plain references) --------
+
+    def check_vocab(self, n_vocab: int) -> "Sampler":
+        """ValueError now, not at the first token, if logit_bias names an id past n_vocab."""
+        if self._lb_ids.size and self._lb_ids.max() >= n_vocab:
+            raise ValueError(f"[Sampler] logit_bias token id {int(self._lb_ids.max())} is out of range "
+                             f"for a vocabulary of {n_vocab}")
+        return self
+
+    def apply_logit_bias(self, logits: np.ndarray) -> np.ndarray:
+        """logits: [n_vocab]. Returns `logits` itself when there is no bias, else a copy with the
+        biases added (saturated at float32's range; -inf stays a ban)."""
+        if self._lb_ids.size == 0:
+            return logits
+        n = logits.shape[0]
+        if self._lb_ids.max() >= n:
+            raise ValueError(f"[Sampler] logit_bias token id {int(self._lb_ids.max())} is out of range "
+                             f"for a vocabulary of {n}")
+        out = logits.copy()
+        v = out[self._lb_ids].astype(np.float64) + self._lb_vals
+        out[self._lb_ids] = np.where(np.isneginf(v), -np.inf, np.clip(v, -_F32_MAX, _F32_MAX))
+        if not np.isfinite(out.max()):
+            raise ValueError("[Sampler] logit_bias bans every token of the vocabulary")
+        return out
 
     def apply_penalties(self, logits: np.ndarray, prev_ids: Sequence[int]) -> np.ndarray:
         """logits: [n_vocab]. Returns `logits` itself when nothing applies, else a copy."""
@@ -119,7 +149,7 @@ class Sampler:
             raise ValueError("[Sampler.sample] the logits are not finite (NaN or infinity): the "
                              "model's weights or activations are broken (a corrupt file?), nothing "
                              "can be sampled")
-        x = self.apply_penalties(x, prev_ids)
+        x = self.apply_penalties(self.apply_logit_bias(x), prev_ids)
         if self.greedy:
             return int(np.argmax(x))
         ids, lg = top_k_filter(x, self.top_k)          # ids: [m] int64, lg: [m] float32
@@ -138,6 +168,30 @@ class Sampler:
 # ---- the filters, on (ids, logits) candidate arrays --------------------------------------------
 
 _F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_logit_bias(bias) -> dict:
+    """{id: bias} from a dict (int or decimal-string ids, as OpenAI's JSON has them) or pairs
+    [(id, bias), ...]: ids >= 0, biases numbers (finite, or -inf: a ban)."""
+    if bias is None:
+        return {}
+    items = bias.items() if isinstance(bias, dict) else bias
+    out: dict[int, float] = {}
+    try:
+        for k, v in items:
+            if isinstance(k, str) and k.strip().isdigit():
+                k = int(k)
+            if not is_int(k, 0):
+                raise ValueError(f"[Sampler] logit_bias keys must be token ids (integers >= 0), got {k!r}")
+            if not is_number(v) or v != v or v == np.inf:
+                raise ValueError(f"[Sampler] logit_bias[{k}] must be a number (or -inf), got {v!r}")
+            out[int(k)] = float(v)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ValueError) and str(e).startswith("[Sampler]"):
+            raise
+        raise TypeError(f"[Sampler] logit_bias must be a dict {{token id: bias}} or (id, bias) pairs, "
+                        f"got {type(bias).__name__}") from None
+    return out
 
 
 def softmax(lg: np.ndarray) -> np.ndarray:

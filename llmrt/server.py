@@ -103,7 +103,6 @@ _UNSUPPORTED = (
     ("tool_choice", lambda v: v in ("none", "auto"), "no tool calling"),   # (auto: with no tools,
     ("function_call", lambda v: v in ("none", "auto"), "no function calling"),   # none)
     ("response_format", lambda v: v == {"type": "text"}, "plain text only: no JSON mode or schema"),
-    ("logit_bias", lambda v: v == {}, "no logit bias"),
     ("echo", lambda v: v is False, "the prompt is not echoed"),
     ("suffix", lambda v: v == "", "no insertion after a suffix"),
     ("best_of", lambda v: v == 1, "one completion per request"),
@@ -125,6 +124,35 @@ def parse_logprobs(body: dict, chat: bool) -> Optional[int]:
     if body.get("logprobs") is False:
         return None
     return _num(body, "logprobs", 0, MAX_TOP_LOGPROBS, None, integer=True)
+
+
+def parse_logit_bias(body: dict, n_vocab: int) -> Optional[dict]:
+    """OpenAI's {"id": bias} (bias in [-100, 100]) or llama.cpp's [[id, bias], ...] (bias a number,
+    or false: banned) -> {id: bias} for the Sampler, ids checked against the vocabulary."""
+    v = body.get("logit_bias")
+    if v is None or v == {} or v == []:
+        return None
+    what = "'logit_bias' must be an object {token id: bias} or a list of [token id, bias] pairs"
+    if isinstance(v, dict):
+        items = list(v.items())
+    elif isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 for x in v):
+        items = [tuple(x) for x in v]
+    else:
+        raise APIError(400, what, param="logit_bias")
+    out = {}
+    for k, b in items:
+        i = int(k) if isinstance(k, str) and k.strip().isdigit() else k
+        if not is_int(i) or not 0 <= i < n_vocab:
+            raise APIError(400, f"logit_bias: {k!r} is not a token id of this vocabulary of {n_vocab}",
+                           param="logit_bias")
+        if b is False:
+            out[int(i)] = float("-inf")
+        elif is_number(b) and -100 <= b <= 100:
+            out[int(i)] = float(b)
+        else:
+            raise APIError(400, f"logit_bias[{k!r}] must be a number in [-100, 100] (or false: banned), "
+                                f"got {b!r}", param="logit_bias")
+    return out
 
 
 def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
@@ -610,6 +638,9 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                                 "with token ids")
         body = await read_json(request)
         kw = parse_common(body, engine.n_ctx, chat=True)
+        lb = parse_logit_bias(body, model.n_vocab)
+        if lb:
+            kw["logit_bias"] = lb
         messages = parse_messages(body)
 
         def prompt_ids():
@@ -629,6 +660,9 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     async def completions(request: Request):
         body = await read_json(request)
         kw = parse_common(body, engine.n_ctx, chat=False)
+        lb = parse_logit_bias(body, model.n_vocab)
+        if lb:
+            kw["logit_bias"] = lb
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]          # a batch of one

@@ -70,7 +70,11 @@ def sampler_state(sampler) -> Optional[dict]:
     params = {k: getattr(sampler, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
                                                  "repeat_last_n", "frequency_penalty", "presence_penalty",
                                                  "seed")}
-    return {"params": params, "rng": sampler.rng.bit_generator.state}
+    state = {"params": params, "rng": sampler.rng.bit_generator.state}
+    bias = getattr(sampler, "logit_bias", None)
+    if bias:                # [[id, bias], ...] (-inf written as JSON's -Infinity, read back as is)
+        state["logit_bias"] = [[i, b] for i, b in bias.items()]
+    return state
 
 
 def restore_sampler(state: Optional[dict], path=""):
@@ -79,7 +83,7 @@ def restore_sampler(state: Optional[dict], path=""):
         return None
     from llmrt.sampling import Sampler
     try:
-        s = Sampler(**state["params"])
+        s = Sampler(**state["params"], logit_bias=state.get("logit_bias"))
     except (TypeError, ValueError, OverflowError) as e:
         raise SessionFileError(f"{path}: the sampler's parameters cannot be restored: {e}") from None
     try:
@@ -243,7 +247,10 @@ def _check_header(h, path, n_vocab: int) -> None:
     need(sp is None or (isinstance(sp, dict) and isinstance(sp.get("params"), dict)
                         and set(sp["params"]) <= set(_SAMPLER_PARAMS)
                         and all(v is None or is_number(v) for v in sp["params"].values())
-                        and isinstance(sp.get("rng"), dict)), "sampler")
+                        and isinstance(sp.get("rng"), dict)
+                        and (sp.get("logit_bias") is None or isinstance(sp["logit_bias"], list)
+                             and all(isinstance(x, list) and len(x) == 2 and is_int(x[0], 0, n_vocab - 1)
+                                     and is_number(x[1]) for x in sp["logit_bias"]))), "sampler")
     need(isinstance(h.get("extra", {}), dict), "extra")
 
 

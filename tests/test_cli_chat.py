@@ -73,6 +73,18 @@ def test_chat_save_and_load_without_a_path_and_help(models, gguf, tmp_path):
         assert f"{cmd.strip()} needs a file: {cmd.strip()} PATH" in r.stderr
 
 
+def test_logit_bias_flag(models, gguf):
+    """llama.cpp's -l/--logit-bias ID(+|-)BIAS reaches the sampler; a malformed one, +inf or an id
+    past the vocabulary is a usage error before any answer."""
+    r = run(["chat", gguf, "--temp", "0", "-l", "5-inf", "--logit-bias", "7+2.5", "-l", "9-1e1"], input="Hi\n")
+    assert r.exit_code == 0 and "logit_bias={5: -inf, 7: 2.5, 9: -10.0}" in r.stderr
+    for bad, msg in (("5*2", "is not ID+BIAS"), ("5+inf", "+inf would make"), ("x-1", "is not ID+BIAS")):
+        r = CliRunner().invoke(main, ["chat", gguf, "-l", bad], input="Hi\n")
+        assert r.exit_code == 2 and msg in r.stderr, r.stderr
+    r = CliRunner().invoke(main, ["generate", gguf, "-p", "Hi", "-l", f"{10 ** 7}+1"])
+    assert r.exit_code == 1 and "logit_bias token id 10000000 is out of range" in r.stderr and not r.stdout.strip()
+
+
 def test_chat_second_turn_sees_the_first(models, gguf):
     run(["chat", gguf, "--temp", "0"], input="First\nSecond\n")
     text = models[0].tokenizer.decode(models[0].sessions[0].tokens)

@@ -551,3 +551,28 @@ def test_real_model_logprobs_as_close_to_llama_cpp_as_its_own(smol):
           f"llama.cpp n_batch 512: {100 * own[0]:.2f} %, {own[1]:.2e}")
     assert len(rows) == len(b1) and own[1] > 0
     assert 100 * got[0] >= 100 * own[0] - TOP1_POINTS and got[1] <= KL_FACTOR * own[1], (got, own)
+
+
+def test_logit_bias_in_generate_and_the_engine(tiny):
+    """logit_bias (Model.generate, Engine.submit): -inf bans the greedy token (the next most
+    likely one comes, as the logits say), a bias boosts another; an id past the vocabulary is a
+    ValueError before anything runs."""
+    prompt = _ids(6, 21)
+    base = _solo(tiny, prompt, 3)
+    lg = tiny.new_session(ctx_size=64).eval(prompt).astype(np.float64)
+    lg[base[0]] = -np.inf
+    second = int(np.argmax(lg))
+    banned = tiny.generate(prompt, max_new_tokens=1, temperature=0, ignore_eos=True,
+                           logit_bias={base[0]: float("-inf")})[len(prompt):]
+    assert banned == [second] != base[:1]
+    worst = int(np.argmin(lg))
+    boosted = tiny.generate(prompt, max_new_tokens=1, temperature=0, ignore_eos=True,
+                            logit_bias={worst: 1e6})[len(prompt):]
+    assert boosted == [worst]
+    with Engine(tiny, n_parallel=1, ctx_size=64) as eng:
+        r = eng.submit(prompt, max_tokens=1, temperature=0, ignore_eos=True, logit_bias={base[0]: float("-inf")})
+        assert r.wait(WAIT).ids == [second]
+        with pytest.raises(ValueError, match="logit_bias token id 1000000 is out of range"):
+            eng.submit(prompt, logit_bias={10 ** 6: 1.0})
+    with pytest.raises(ValueError, match="out of range"):
+        tiny.generate(prompt, max_new_tokens=1, logit_bias={10 ** 6: 1.0})

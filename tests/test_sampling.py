@@ -68,6 +68,9 @@ def ref_min_p(logits, ids, p):
 
 def ref_chain_probs(logits, prev, s: Sampler):
     """The distribution the chain samples from: {id: probability}."""
+    logits = logits.astype(np.float64).copy()
+    for i, b in s.logit_bias.items():                 # first, as llama.cpp's chain
+        logits[i] += b
     x = ref_penalties(logits, prev, s.repeat_penalty, s.repeat_last_n)
     ids = ref_top_k(x, s.top_k)
     ids = ref_top_p(x, ids, s.top_p)
@@ -181,7 +184,9 @@ def test_penalty_ignores_out_of_range_ids():
     dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),          # llama.cpp defaults
     dict(temperature=1.5, top_k=0, top_p=0.9, min_p=0.0),
     dict(temperature=0.5, top_k=6, top_p=1.0, min_p=0.1, repeat_penalty=1.3),
-], ids=["defaults", "top_p", "top_k-min_p-penalty"])
+    dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.3,
+         logit_bias={"3": 2.5, 0: -1.0, 5: float("-inf")}),
+], ids=["defaults", "top_p", "top_k-min_p-penalty", "logit_bias"])
 def test_chain_distribution_matches_reference(params):
     rng = np.random.default_rng(7)
     x = _logits(rng, n=12, scale=1.5)
@@ -264,3 +269,38 @@ def test_extreme_penalties_saturate_instead_of_overflowing():
         assert {s.sample(x, [2, 3]) for _ in range(20)} == {2}
         big = Sampler(temperature=0.8, frequency_penalty=3e38, presence_penalty=3e38, seed=0)
         assert np.isfinite(big.apply_penalties(x, [1, 1])).all()
+
+
+# ---- logit_bias ----------------------------------------------------------------------------------
+
+def test_logit_bias_adds_then_penalties_apply():
+    x = np.array([1.0, 3.0, 2.5, -1.0], dtype=np.float32)
+    s = Sampler(temperature=0.0, logit_bias={3: 5.0, 1: float("-inf")})
+    np.testing.assert_array_equal(s.apply_logit_bias(x), [1.0, -np.inf, 2.5, 4.0])
+    np.testing.assert_array_equal(x, [1.0, 3.0, 2.5, -1.0])          # caller's array untouched
+    assert s.sample(x) == 3
+    # the bias comes first: id 3 at 4.0, then divided by the repeat penalty 2 -> 2.0 < 2.5
+    assert Sampler(temperature=0.0, repeat_penalty=2.0, logit_bias={3: 5.0}).sample(x, [3]) == 1
+    assert Sampler(temperature=0.0, logit_bias=[(1, -3.0)]).sample(x) == 2      # (id, bias) pairs
+    huge = Sampler(logit_bias={0: 3e38}).apply_logit_bias(np.full(4, 3e38, dtype=np.float32))
+    assert np.isfinite(huge).all()                                      # saturates, no inf
+
+
+@pytest.mark.parametrize("bias,err,msg", [
+    ({-1: 1.0}, ValueError, "token ids"), ({"x": 1.0}, ValueError, "token ids"), ({1.5: 1.0}, ValueError, "token ids"),
+    ({1: float("nan")}, ValueError, "must be a number"), ({1: float("inf")}, ValueError, "must be a number"),
+    ({1: "2"}, ValueError, "must be a number"), (5, TypeError, "must be a dict"), ([1, 2], TypeError, "must be a dict"),
+])
+def test_logit_bias_bad_input(bias, err, msg):
+    with pytest.raises(err, match=msg):
+        Sampler(logit_bias=bias)
+
+
+def test_logit_bias_past_the_vocabulary_and_every_token_banned():
+    x = np.zeros(4, dtype=np.float32)
+    with pytest.raises(ValueError, match="logit_bias token id 9 is out of range for a vocabulary of 4"):
+        Sampler(logit_bias={9: 1.0}).sample(x)
+    with pytest.raises(ValueError, match="out of range"):
+        Sampler(logit_bias={9: 1.0}).check_vocab(4)
+    with pytest.raises(ValueError, match="bans every token"):
+        Sampler(logit_bias={i: float("-inf") for i in range(4)}).sample(x)

@@ -210,6 +210,23 @@ def test_logprobs_chat_and_completions(server):
     assert sum((p.text_offset for p in got), []) == lp.text_offset
 
 
+def test_logit_bias(server):
+    """OpenAI's logit_bias ({"id": -100} all but bans a token) and llama.cpp's [[id, false]]
+    (banned): the greedy first token gives way to the next most likely one (logprobs say which)."""
+    first = server.client.completions.create(model="x", prompt="The capital of France is", max_tokens=1,
+                                             temperature=0, logprobs=2)
+    lp = first.choices[0].logprobs
+    best, runner_up = lp.tokens[0], list(lp.top_logprobs[0])[1]
+    tid = httpx.post(server.url + "/tokenize", json={"content": best}, timeout=TIMEOUT).json()["tokens"]
+    assert len(tid) == 1
+    r = server.client.completions.create(model="x", prompt="The capital of France is", max_tokens=1,
+                                         temperature=0, logit_bias={str(tid[0]): -100})
+    assert r.choices[0].text == runner_up != best
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
+        "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0, "logit_bias": [[tid[0], False]]})
+    assert r.json()["choices"][0]["text"] == runner_up
+
+
 def test_tokenize_and_detokenize(server):
     """llama-server's /tokenize and /detokenize: the ids the library's tokenizer gives, pieces
     (bytes where a piece is not whole UTF-8), specials parsed by default, and bad input 400."""
@@ -440,7 +457,10 @@ BAD = [
     (json.dumps({"messages": MSG, "tool_choice": "required"}).encode(), 400, "'tool_choice' is not supported"),
     (json.dumps({"messages": MSG, "response_format": {"type": "json_object"}}).encode(), 400,
      "'response_format' is not supported (plain text only"),
-    (json.dumps({"messages": MSG, "logit_bias": {"5": 10}}).encode(), 400, "'logit_bias' is not supported"),
+    (json.dumps({"messages": MSG, "logit_bias": {"x": 10}}).encode(), 400, "logit_bias: 'x' is not a token id"),
+    (json.dumps({"messages": MSG, "logit_bias": {"5": 101}}).encode(), 400, "must be a number in [-100, 100]"),
+    (json.dumps({"messages": MSG, "logit_bias": [[10 ** 7, 1]]}).encode(), 400, "is not a token id of this vocabulary"),
+    (json.dumps({"messages": MSG, "logit_bias": "none"}).encode(), 400, "'logit_bias' must be an object"),
     # valid JSON, not Unicode: an unpaired surrogate escape (no tokenizer can take it)
     (b'{"messages": [{"role": "user", "content": "\\ud800 hi"}]}', 400,
      "messages[0].content has an unpaired UTF-16 surrogate"),

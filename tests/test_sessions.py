@@ -406,3 +406,13 @@ def test_cli_chat_session_is_saved_on_sigterm(paths, tmp_path, sig):
     from llmrt.chat import ChatSession
     cs = ChatSession.load(str(f), Model(paths["llama"], n_threads=1, ctx_size=256))
     assert [m["role"] for m in cs.messages] == ["user", "assistant"]
+
+
+def test_a_chat_keeps_its_logit_bias_over_a_restart(paths, tmp_path):
+    m = Model(paths["llama"], n_threads=2)
+    bias = {5: float("-inf"), 7: 2.5}
+    a = ChatSession(m, ctx_size=200, max_new_tokens=4, temperature=0, ignore_eos=True, logit_bias=bias)
+    a.send("hello there")
+    a.save(tmp_path / "chat.llmrt")
+    c = ChatSession.load(tmp_path / "chat.llmrt", Model(paths["llama"], n_threads=2))
+    assert c.sampler.logit_bias == a.sampler.logit_bias == bias
