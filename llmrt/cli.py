@@ -492,7 +492,10 @@ def _chat_loop(cs, m, streamer, interactive):
                 click.echo("(conversation cleared)")
             continue
         if cmd == "/help":
-            _log(CHAT_HELP)
+            if interactive:
+                click.echo(CHAT_HELP)
+            else:                           # (stdout holds the answers only)
+                _log(CHAT_HELP)
             continue
         if cmd.split(maxsplit=1)[0] in ("/save", "/load"):
             path = cmd[6:].strip()
@@ -566,7 +569,7 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
     else:
         utf8_text(prompt, "-p PROMPT")
     m = _load_model(model, threads, ctx_size, wq)
-    sampler = make_sampler(**sampling)
+    sampler = make_sampler(**sampling).check_vocab(m.n_vocab)    # (before the prompt runs)
     _log(f"sampling: {sampler!r}")
     ids = m.tokenizer.encode(prompt, add_special=True, parse_special=True)
     keep = _parse_keep(n_keep, 4)
@@ -828,6 +831,9 @@ def quantize(input_path, output_path, qtype, threads):
                    "/v1/models and the chat page; repeatable; or LLMRT_API_KEY (space-separated).")
 @click.option("--api-key-file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="Also accept the keys in FILE, one per line.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="Let web pages of ORIGIN (e.g. https://app.example.com; * for any) call the API "
+                   "from a browser; repeatable (default: none, same-origin only).")
 @click.option("--ray", "use_ray", is_flag=True,
               help="Run --replicas replicas on Ray Serve behind its HTTP proxy (pip install "
                    "\"llmrt[ray]\"), with conversation affinity (serve_multiplexed_model_id header).")
@@ -839,10 +845,11 @@ def quantize(input_path, output_path, qtype, threads):
 @friendly_errors
 def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, prefill_chunk, n_predict,
           max_queue, timeout, chat_template, alias, max_body_bytes, slot_save_path, api_keys, api_key_file,
-          use_ray, replicas, ray_address, threads, wq):
+          cors_origins, use_ray, replicas, ray_address, threads, wq):
     """Serve MODEL (default: smollm2-135m-instruct) over an OpenAI-compatible HTTP API:
-    /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics. Needs the serve extra:
-    pip install "llmrt[serve]"."""
+    /v1/chat/completions, /v1/completions, /v1/models[/ID], /tokenize, /detokenize, /health,
+    /metrics, /slots, and a chat page at /. With --api-key, all but /health, /v1/models and the
+    page need the key. Needs the serve extra: pip install "llmrt[serve]"."""
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
@@ -878,7 +885,7 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
             "threads": threads, "ctx_size": ctx_size, "parallel": parallel, "n_keep": keep,
             "n_discard": n_discard, "n_batch": n_batch, "max_queue": max_queue, "timeout": timeout,
             "n_predict": n_predict, "chat_template": chat_template, "alias": alias, "prefill_chunk": chunk,
-            "api_keys": keys})
+            "api_keys": keys, "cors_origins": list(cors_origins)})
         return
     socks = listen_sockets(host, port)      # a busy port fails now, not after the load
     try:
@@ -891,13 +898,15 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
                n_discard=n_discard, n_batch=n_batch, max_queue=max_queue, timeout=timeout,
                n_predict=n_predict, chat_template=chat_template, alias=alias,
                max_body_bytes=max_body_bytes, slot_save_path=slot_save_path, prefill_chunk=chunk,
-               sockets=socks, api_keys=keys)
+               sockets=socks, api_keys=keys, cors_origins=list(cors_origins))
 
 
 def _api_keys(given, path) -> list:
-    """--api-key values (LLMRT_API_KEY: space-separated) and --api-key-file's lines (blank
-    lines and # comments skipped), in order, each once."""
-    keys = [k for v in given for k in v.split()]
+    """--api-key values (one key each; LLMRT_API_KEY: space-separated) and --api-key-file's lines
+    (blank lines and # comments skipped), in order, each once. An empty value is an error."""
+    keys = list(given)      # (LLMRT_API_KEY: click splits it at whitespace)
+    if any(not k.strip() for k in keys):    # an unset $KEY must not turn the check off
+        raise click.BadParameter("an empty API key", param_hint="--api-key")
     if path is not None:
         try:
             lines = read_utf8(path).splitlines()

@@ -31,11 +31,12 @@ std::mt19937 stream.
 """
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
 
-from llmrt.checks import is_int, is_number
+from llmrt.checks import C_INT_MAX, is_int, is_number
 
 _TOP_P_FAST = 256     # top_p without top_k: look at this many most probable tokens first
 _TOP_P_FAST_MIN = 1024   # ... when there are more candidates than this
@@ -95,10 +96,13 @@ class Sampler:
     # ---- chain steps (each usable alone; tests check them against plain references) --------
 
     def check_vocab(self, n_vocab: int) -> "Sampler":
-        """ValueError now, not at the first token, if logit_bias names an id past n_vocab."""
+        """ValueError now, not at the first token, if logit_bias names an id past n_vocab or
+        bans every token of it."""
         if self._lb_ids.size and self._lb_ids.max() >= n_vocab:
             raise ValueError(f"[Sampler] logit_bias token id {int(self._lb_ids.max())} is out of range "
                              f"for a vocabulary of {n_vocab}")
+        if int(np.isneginf(self._lb_vals).sum()) >= n_vocab:       # (the ids are distinct)
+            raise ValueError("[Sampler] logit_bias bans every token of the vocabulary")
         return self
 
     def apply_logit_bias(self, logits: np.ndarray) -> np.ndarray:
@@ -170,6 +174,9 @@ class Sampler:
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
+_ID_TEXT = re.compile(r"\s*[0-9]{1,10}\s*", re.ASCII)     # a token id in a JSON object's key
+
+
 def _check_logit_bias(bias) -> dict:
     """{id: bias} from a dict (int or decimal-string ids, as OpenAI's JSON has them) or pairs
     [(id, bias), ...]: ids >= 0, biases numbers (finite, or -inf: a ban)."""
@@ -179,9 +186,9 @@ def _check_logit_bias(bias) -> dict:
     out: dict[int, float] = {}
     try:
         for k, v in items:
-            if isinstance(k, str) and k.strip().isdigit():
+            if isinstance(k, str) and _ID_TEXT.fullmatch(k):
                 k = int(k)
-            if not is_int(k, 0):
+            if not is_int(k, 0, C_INT_MAX):
                 raise ValueError(f"[Sampler] logit_bias keys must be token ids (integers >= 0), got {k!r}")
             if not is_number(v) or v != v or v == np.inf:
                 raise ValueError(f"[Sampler] logit_bias[{k}] must be a number (or -inf), got {v!r}")

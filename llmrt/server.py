@@ -22,17 +22,21 @@ the engine computes them, Request.logprobs).
 
 API keys (--api-key, --api-key-file, LLMRT_API_KEY): every route but GET /health, GET /v1/models
 and the chat page needs `Authorization: Bearer KEY` (or `X-Api-Key: KEY`), else a 401.
+--cors-origin ORIGIN lets pages of ORIGIN ("*": any) call the API from a browser.
 
 Conversation affinity: the request's `user` field, or an `X-Session-Id` header, names the
 conversation; the engine prefers the slot that served it last, so its prefix cache keeps working.
 """
 
 import asyncio
+import codecs
+import hashlib
 import hmac
 import json
 import logging
 import math
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -118,7 +122,7 @@ def parse_logprobs(body: dict, chat: bool) -> Optional[int]:
     if chat:
         on = _opt_type(body, "logprobs", bool, "a boolean")
         k = _num(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, None, integer=True)
-        if k is not None and not on:
+        if k and not on:        # (0 without logprobs: what some clients always send)
             raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         return (k or 0) if on else None
     if body.get("logprobs") is False:
@@ -126,32 +130,50 @@ def parse_logprobs(body: dict, chat: bool) -> Optional[int]:
     return _num(body, "logprobs", 0, MAX_TOP_LOGPROBS, None, integer=True)
 
 
-def parse_logit_bias(body: dict, n_vocab: int) -> Optional[dict]:
-    """OpenAI's {"id": bias} (bias in [-100, 100]) or llama.cpp's [[id, bias], ...] (bias a number,
-    or false: banned) -> {id: bias} for the Sampler, ids checked against the vocabulary."""
+def parse_logit_bias(body: dict, n_vocab: int, tokenizer=None) -> Optional[dict]:
+    """OpenAI's {"id": bias} or llama.cpp's [[id, bias], ...] -> {id: bias} for the Sampler.
+    bias: a number in [-100, 100], or false (llama.cpp: banned). As llama-server, an object key
+    that is not a token id, and a pair's first element that is a string, is text: the bias goes to
+    each of its tokens. Ids are checked
+    against the vocabulary; banning all of it is refused."""
     v = body.get("logit_bias")
     if v is None or v == {} or v == []:
         return None
-    what = "'logit_bias' must be an object {token id: bias} or a list of [token id, bias] pairs"
+    what = "'logit_bias' must be an object {token id: bias} or a list of [token id or text, bias] pairs"
+    as_list = isinstance(v, list)   # (there a string is always text, as llama.cpp reads it)
     if isinstance(v, dict):
         items = list(v.items())
-    elif isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 for x in v):
+    elif as_list and all(isinstance(x, list) and len(x) == 2 for x in v):
         items = [tuple(x) for x in v]
     else:
         raise APIError(400, what, param="logit_bias")
+    if len(items) > n_vocab:
+        raise APIError(400, f"'logit_bias' has {len(items)} entries, more than the vocabulary's {n_vocab}",
+                       param="logit_bias")
     out = {}
     for k, b in items:
-        i = int(k) if isinstance(k, str) and k.strip().isdigit() else k
-        if not is_int(i) or not 0 <= i < n_vocab:
-            raise APIError(400, f"logit_bias: {k!r} is not a token id of this vocabulary of {n_vocab}",
-                           param="logit_bias")
         if b is False:
-            out[int(i)] = float("-inf")
-        elif is_number(b) and -100 <= b <= 100:
-            out[int(i)] = float(b)
-        else:
+            b = float("-inf")
+        elif not (is_number(b) and -100 <= b <= 100):
             raise APIError(400, f"logit_bias[{k!r}] must be a number in [-100, 100] (or false: banned), "
                                 f"got {b!r}", param="logit_bias")
+        if isinstance(k, str) and not as_list and re.fullmatch(r"\s*[0-9]+\s*", k, re.ASCII):
+            ids = [int(k) if len(k) <= 30 else -1]      # (-1: out of range, below)
+        elif is_int(k):
+            ids = [k]
+        elif isinstance(k, str) and 0 < len(k) <= 1000 and tokenizer is not None:
+            ids = tokenizer.encode(k, add_special=False)        # text: each of its tokens
+        else:
+            raise APIError(400, f"logit_bias: {k!r} is not a token id of this vocabulary of {n_vocab}"
+                                + ("" if tokenizer is not None else " (this model has no tokenizer for text)"),
+                           param="logit_bias")
+        for i in ids:
+            if not 0 <= i < n_vocab:
+                raise APIError(400, f"logit_bias: {k!r} is not a token id of this vocabulary of {n_vocab}",
+                               param="logit_bias")
+            out[int(i)] = float(b)
+    if sum(1 for b in out.values() if b == float("-inf")) >= n_vocab:
+        raise APIError(400, "'logit_bias' bans every token of the vocabulary", param="logit_bias")
     return out
 
 
@@ -211,19 +233,28 @@ class LogprobsFormat:
     """Engine TokenLogprobs as OpenAI's `logprobs` objects. Chat: {"content": [{"token", "logprob",
     "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]} (plus llama.cpp's "id");
     completions (legacy): {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
-    "text_offset"}, offsets counted over the whole answer across stream chunks. A token's text is
-    its piece decoded as UTF-8 (a piece that is part of a character shows U+FFFD; `bytes` has it
-    exactly)."""
+    "text_offset"}. A token's text is its piece as UTF-8, or, for a piece that is part of a
+    character, OpenAI's "bytes:\\xe4\\xbd" spelling (`bytes` has it exactly). text_offset: the
+    characters of the answer before the token's first byte, counted across stream chunks."""
 
     def __init__(self, tokenizer, chat: bool):
-        self.tok, self.chat, self.offset = tokenizer, chat, 0
+        self.tok, self.chat = tokenizer, chat
+        self.chars = 0                  # whole characters of the answer so far
+        self.dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def _piece(self, i: int) -> bytes:
         return self.tok.token_to_piece(i) if self.tok is not None else b""
 
+    @staticmethod
+    def _text(b: bytes) -> str:
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            return "bytes:" + "".join(f"\\x{c:02x}" for c in b)
+
     def _entry(self, i: int, lp: float) -> dict:
         b = self._piece(i)
-        return {"id": i, "token": b.decode("utf-8", errors="replace"), "logprob": lp, "bytes": list(b)}
+        return {"id": i, "token": self._text(b), "logprob": lp, "bytes": list(b)}
 
     def __call__(self, entries: list) -> dict:
         if self.chat:
@@ -232,13 +263,12 @@ class LogprobsFormat:
                                 for e in entries]}
         out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         for e in entries:
-            t = self._piece(e.id).decode("utf-8", errors="replace")
-            out["tokens"].append(t)
+            b = self._piece(e.id)
+            out["tokens"].append(self._text(b))
             out["token_logprobs"].append(e.logprob)
-            out["top_logprobs"].append({self._piece(i).decode("utf-8", errors="replace"): lp
-                                        for i, lp in e.top})
-            out["text_offset"].append(self.offset)
-            self.offset += len(t)
+            out["top_logprobs"].append({self._text(self._piece(i)): lp for i, lp in e.top})
+            out["text_offset"].append(self.chars)
+            self.chars += len(self.dec.decode(b))
         return out
 
 
@@ -315,13 +345,14 @@ def _check_unicode(body: dict):
 
 def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None,
-               api_keys=None):
+               api_keys=None, cors_origins=None):
     """The FastAPI app over `engine` (llmrt.engine.Engine). template: a llmrt.chat.ChatTemplate
     (default: the model's). n_keep: "auto" pins BOS + the system prompt of each new conversation
     (capped at half the context), an int pins that many, None leaves the engine's.
     slot_save_path: the directory of POST /slots/{id}?action=save|restore (None: off).
     api_keys: if any, every route but PUBLIC_ROUTES needs one of them (`Authorization: Bearer
-    KEY`, or llama.cpp's `X-Api-Key: KEY`): else a 401."""
+    KEY`, or llama.cpp's `X-Api-Key: KEY`): else a 401. cors_origins: origins whose pages may
+    call the API from a browser ("*": any), none by default."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -426,9 +457,11 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 http_requests.labels(getattr(route, "path", "other"),
                                      str(status[0] if status else 500)).inc()
 
-    keys = [k.encode() for k in (api_keys or ())]
-    if any(not k or len(k) > 4096 for k in keys):
-        raise ValueError("an API key must be 1 to 4096 bytes")
+    if any(not isinstance(k, str) or not k.strip() or len(k) > 4096 for k in (api_keys or ())):
+        raise ValueError("an API key must be a non-empty string of at most 4096 characters")
+    # compared as SHA-256 digests: equal lengths, so the time tells neither which key nearly
+    # matched nor how long the keys are
+    keys = [hashlib.sha256(k.encode()).digest() for k in (api_keys or ())]
 
     class RequireKey:
         """Requests to a route not in PUBLIC_ROUTES without one of the keys get a 401 (compared
@@ -439,14 +472,14 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
 
         async def __call__(self, scope, receive, send):
             if scope["type"] == "http" and scope["path"] not in PUBLIC_ROUTES and scope["method"] != "OPTIONS":
-                given = b""
+                given = []          # every credential sent: one that matches lets it in
                 for name, value in scope["headers"]:
                     if name == b"authorization" and value[:7].lower() == b"bearer ":
-                        given = value[7:].strip()
+                        given.append(value[7:].strip())
                     elif name == b"x-api-key":
-                        given = value.strip()
-                # (every key compared: the time does not tell which one nearly matched)
-                if not sum(hmac.compare_digest(given, k) for k in keys):
+                        given.append(value.strip())
+                digests = [hashlib.sha256(g).digest() for g in given[:4]]
+                if not sum(hmac.compare_digest(d, k) for d in digests for k in keys):
                     e = APIError(401, "a valid API key is needed: send 'Authorization: Bearer KEY'",
                                  code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
                     await error_response(e)(scope, receive, send)
@@ -455,6 +488,11 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
 
     if keys:
         app.add_middleware(RequireKey)
+    if cors_origins:        # outside the key check: a preflight (OPTIONS) is answered without one
+        from starlette.middleware.cors import CORSMiddleware
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "HEAD"],
+                           allow_headers=["Authorization", "Content-Type", "X-Api-Key", "X-Session-Id"],
+                           expose_headers=["Retry-After"])
     app.add_middleware(CountRequests)       # (added last: outermost, it counts the 401s too)
 
     async def read_json(request: Request) -> dict:
@@ -638,7 +676,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                                 "with token ids")
         body = await read_json(request)
         kw = parse_common(body, engine.n_ctx, chat=True)
-        lb = parse_logit_bias(body, model.n_vocab)
+        lb = parse_logit_bias(body, model.n_vocab, tok)
         if lb:
             kw["logit_bias"] = lb
         messages = parse_messages(body)
@@ -660,7 +698,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     async def completions(request: Request):
         body = await read_json(request)
         kw = parse_common(body, engine.n_ctx, chat=False)
-        lb = parse_logit_bias(body, model.n_vocab)
+        lb = parse_logit_bias(body, model.n_vocab, tok)
         if lb:
             kw["logit_bias"] = lb
         prompt = body.get("prompt")
@@ -853,7 +891,8 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
           n_batch: int = 256, max_queue: int = 64, timeout: float = 600.0, n_predict: int = -1,
           chat_template: Optional[str] = None, alias: Optional[str] = None,
           max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None, model=None,
-          log_level: str = "info", prefill_chunk: Optional[int] = None, sockets=None, api_keys=None):
+          log_level: str = "info", prefill_chunk: Optional[int] = None, sockets=None, api_keys=None,
+          cors_origins=None):
     """Load the model, start the engine and run uvicorn until interrupted. `sockets`: ones
     listen_sockets() bound already (they are closed on return), else host:port is bound first."""
     import os
@@ -880,7 +919,7 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
             if slot_save_path is not None:
                 os.makedirs(slot_save_path, exist_ok=True)
             app = create_app(engine, name, template, n_keep=n_keep, max_body_bytes=max_body_bytes,
-                             slot_save_path=slot_save_path, api_keys=api_keys)
+                             slot_save_path=slot_save_path, api_keys=api_keys, cors_origins=cors_origins)
             log.info("llmrt: serving %s on http://%s:%d (%d slots of %d cells, n_keep %s%s)", name,
                      host, socks[0].getsockname()[1], parallel, ctx, n_keep,
                      f", {len(api_keys)} API key{'s' if len(api_keys) > 1 else ''}" if api_keys else

@@ -288,6 +288,8 @@ def test_logit_bias_adds_then_penalties_apply():
 
 @pytest.mark.parametrize("bias,err,msg", [
     ({-1: 1.0}, ValueError, "token ids"), ({"x": 1.0}, ValueError, "token ids"), ({1.5: 1.0}, ValueError, "token ids"),
+    ({2 ** 64: 1.0}, ValueError, "token ids"), ({"\u00b2": 1.0}, ValueError, "token ids"),
+    ({"9" * 5000: 1.0}, ValueError, "token ids"),
     ({1: float("nan")}, ValueError, "must be a number"), ({1: float("inf")}, ValueError, "must be a number"),
     ({1: "2"}, ValueError, "must be a number"), (5, TypeError, "must be a dict"), ([1, 2], TypeError, "must be a dict"),
 ])
@@ -304,3 +306,6 @@ def test_logit_bias_past_the_vocabulary_and_every_token_banned():
         Sampler(logit_bias={9: 1.0}).check_vocab(4)
     with pytest.raises(ValueError, match="bans every token"):
         Sampler(logit_bias={i: float("-inf") for i in range(4)}).sample(x)
+    with pytest.raises(ValueError, match="bans every token"):
+        Sampler(logit_bias={i: float("-inf") for i in range(4)}).check_vocab(4)
+    assert Sampler(logit_bias={" 3 ": 1.0}).logit_bias == {3: 1.0}        # (a JSON key's spelling)

@@ -171,6 +171,41 @@ def test_completions_stop_and_length(server):
     assert ids.usage.prompt_tokens == 4
 
 
+def _token_name(b: bytes) -> str:
+    """A token's text in logprobs: UTF-8, or OpenAI's bytes:\\xNN spelling for part of a character."""
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{c:02x}" for c in b)
+
+
+def _token_bytes(name: str) -> bytes:
+    if name.startswith("bytes:"):
+        return bytes(int(h, 16) for h in name[len("bytes:"):].split("\\x")[1:])
+    return name.encode()
+
+
+def test_logprobs_of_tokens_inside_a_character(server):
+    """Emoji come in byte pieces: each piece is named by its bytes (distinct names, so no
+    alternative is lost), the pieces make up the text, text_offset counts whole characters."""
+    import codecs
+    prompt = "Emoji party: \U0001F389\U0001F389\U0001F389 \U0001F600\U0001F600"
+    r = server.client.completions.create(model="x", prompt=prompt, max_tokens=12, temperature=0, logprobs=2)
+    lp, text = r.choices[0].logprobs, r.choices[0].text
+    assert any(t.startswith("bytes:") for t in lp.tokens)
+    assert b"".join(_token_bytes(t) for t in lp.tokens).decode("utf-8", errors="replace") == text
+    dec, n, want = codecs.getincrementaldecoder("utf-8")(errors="replace"), 0, []
+    for t in lp.tokens:
+        want.append(n)
+        n += len(dec.decode(_token_bytes(t)))
+    assert lp.text_offset == want and max(lp.text_offset) < len(text)
+    assert all(len(t) == 2 for t in lp.top_logprobs)
+    # top_logprobs 0 without logprobs: what some clients always send
+    ok = httpx.post(server.url + "/v1/chat/completions", timeout=TIMEOUT,
+                    json={"messages": MSG, "max_tokens": 1, "top_logprobs": 0})
+    assert ok.status_code == 200 and ok.json()["choices"][0]["logprobs"] is None
+
+
 def test_logprobs_chat_and_completions(server):
     """logprobs through the openai client: one entry per generated token (the end-of-generation
     id has none), alternatives most likely first, greedy tokens the most likely; the token texts
@@ -188,7 +223,7 @@ def test_logprobs_chat_and_completions(server):
         assert e.logprob <= 0 and len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token
         assert e.top_logprobs[0].logprob == e.logprob
         assert [t.logprob for t in e.top_logprobs] == sorted((t.logprob for t in e.top_logprobs), reverse=True)
-        assert bytes(e.bytes) == tok.token_to_piece(e.id) and e.token == bytes(e.bytes).decode(errors="replace")
+        assert bytes(e.bytes) == tok.token_to_piece(e.id) and e.token == _token_name(bytes(e.bytes))
     stream = server.client.chat.completions.create(model="x", messages=MSG, temperature=0, max_tokens=200,
                                                    logprobs=True, top_logprobs=3, stream=True)
     streamed = [e for ch in stream for ch_c in ch.choices if ch_c.logprobs for e in ch_c.logprobs.content]
@@ -225,6 +260,13 @@ def test_logit_bias(server):
     r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
         "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0, "logit_bias": [[tid[0], False]]})
     assert r.json()["choices"][0]["text"] == runner_up
+    for text_form in ({best: -100}, [[best, False]]):     # as llama-server: text, each of its tokens
+        r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
+            "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0, "logit_bias": text_form})
+        assert r.json()["choices"][0]["text"] == runner_up, text_form
+    every = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
+        "prompt": "Hi", "logit_bias": [[i, False] for i in range(49152)]})
+    assert every.status_code == 400 and "bans every token" in every.json()["error"]["message"]
 
 
 def test_tokenize_and_detokenize(server):
@@ -457,7 +499,7 @@ BAD = [
     (json.dumps({"messages": MSG, "tool_choice": "required"}).encode(), 400, "'tool_choice' is not supported"),
     (json.dumps({"messages": MSG, "response_format": {"type": "json_object"}}).encode(), 400,
      "'response_format' is not supported (plain text only"),
-    (json.dumps({"messages": MSG, "logit_bias": {"x": 10}}).encode(), 400, "logit_bias: 'x' is not a token id"),
+    (json.dumps({"messages": MSG, "logit_bias": {"": 10}}).encode(), 400, "logit_bias: '' is not a token id"),
     (json.dumps({"messages": MSG, "logit_bias": {"5": 101}}).encode(), 400, "must be a number in [-100, 100]"),
     (json.dumps({"messages": MSG, "logit_bias": [[10 ** 7, 1]]}).encode(), 400, "is not a token id of this vocabulary"),
     (json.dumps({"messages": MSG, "logit_bias": "none"}).encode(), 400, "'logit_bias' must be an object"),
@@ -497,6 +539,8 @@ def test_unsupported_fields_at_their_off_values_are_accepted(server):
     ({"prompt": "x", "stop": ["\udc00"]}, "stop[0] has an unpaired UTF-16 surrogate"),
     ({"prompt": "x", "logprobs": 21}, "'logprobs' must be in"), ({"prompt": "x", "logprobs": True}, "'logprobs' must be an integer"),
     ({"prompt": "x", "logprobs": 1, "top_logprobs": 2}, "'top_logprobs' is a chat field"),
+    ({"prompt": "x", "logit_bias": {"99999999999": 1}}, "is not a token id"),
+    ({"prompt": "x", "logit_bias": {"5": True}}, "must be a number in [-100, 100]"),
 ])
 def test_bad_completion_requests(server, body, needle):
     r = httpx.post(server.url + "/v1/completions", content=json.dumps(body).encode(), timeout=TIMEOUT,
@@ -534,7 +578,8 @@ def test_api_keys(tmp_path):
     key (Bearer or X-Api-Key), else a 401 in OpenAI's format, counted in /metrics."""
     keyfile = tmp_path / "keys.txt"
     keyfile.write_text("# the second key\nk-two\n\n")
-    s = Server(tmp_path, "--api-key", "k-one", "--api-key-file", str(keyfile), "-np", "1", "-c", "128")
+    s = Server(tmp_path, "--api-key", "k-one", "--api-key-file", str(keyfile), "-np", "1", "-c", "128",
+               "--cors-origin", "https://app.example")
     try:
         for path in ("/health", "/v1/models", "/"):
             assert httpx.get(s.url + path, timeout=10).status_code == 200, path
@@ -549,17 +594,31 @@ def test_api_keys(tmp_path):
         r = httpx.post(s.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=TIMEOUT,
                        headers={"X-Api-Key": "k-two"})
         assert r.status_code == 200, r.text
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=TIMEOUT,
+                       headers={"X-Api-Key": "stray", "Authorization": "Bearer k-one"})   # one matches
+        assert r.status_code == 200, r.text
         assert httpx.get(s.url + "/metrics", timeout=10).status_code == 401
         m = httpx.get(s.url + "/metrics", timeout=10, headers={"Authorization": "Bearer k-two"}).text
         assert 'llmrt_http_requests_total{route="other",status="401"} 3.0' in m     # (chat, completions, metrics)
         assert "2 API keys" in s.log.read_text()
+        # --cors-origin: a browser page of that origin may call it (preflight without a key)
+        pre = httpx.options(s.url + "/v1/chat/completions", timeout=10, headers={
+            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type"})
+        assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "https://app.example"
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=TIMEOUT,
+                       headers={"Origin": "https://app.example"})
+        assert r.status_code == 401 and r.headers["access-control-allow-origin"] == "https://app.example"
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=TIMEOUT,
+                       headers={"Origin": "https://evil.example", "Authorization": "Bearer k-one"})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
     finally:
         s.stop()
 
 
 @pytest.mark.parametrize("args,msg", [
     (["--api-key-file", "EMPTY"], "holds no key"), (["--api-key", "caf\u00e9"], "printable ASCII"),
-    (["--api-key-file", "MISSING"], "cannot read"),
+    (["--api-key-file", "MISSING"], "cannot read"), (["--api-key", ""], "an empty API key"),
 ])
 def test_cli_rejects_bad_api_keys(tmp_path, args, msg):
     (tmp_path / "EMPTY").write_text("# none\n")

@@ -126,7 +126,7 @@ def test_markdown_and_code_blocks_render_safely(browser_page):
 
 def test_chat_page_asks_for_the_api_key(browser_page, tmp_path):
     """A server started with --api-key: the page loads (public), its first message is answered
-    401, the page asks for the key once, keeps it, and the answer streams."""
+    401, the page asks for the key once, keeps it for the tab, and the answer streams."""
     from test_server import Server
     _, first = browser_page
     server = Server(tmp_path, "--api-key", "page-key", "-np", "1", "-c", "256")
@@ -152,7 +152,7 @@ def test_chat_page_asks_for_the_api_key(browser_page, tmp_path):
                                "document.body.dataset.state === 'idle'")
         assert asked == ["This server needs an API key:"]
         assert len(_answers(page).last.inner_text()) > 0 and "tokens/s" in page.inner_text("#status")
-        assert page.evaluate("localStorage.getItem('llmrt-api-key')") == "page-key"
+        assert page.evaluate("sessionStorage.getItem('llmrt-api-key')") == "page-key"
     finally:
         page.close()
         server.stop()
