@@ -75,6 +75,8 @@ _PREFILL_MIN = 16
 _EMA = 0.25
 # most alternatives a request may ask logprobs for (OpenAI's top_logprobs bound)
 MAX_TOP_LOGPROBS = 20
+# a scored prompt (prompt_logprobs) is prefilled in chunks of at most this many logits
+_SCORED_LOGITS = 8 << 20
 
 
 def _average(avg: Optional[float], x: float) -> float:
@@ -145,7 +147,7 @@ class Request:
 
     def __init__(self, prompt_ids: list, sampler, max_tokens: Optional[int], stop: list,
                  ignore_eos: bool, conversation: Optional[str], n_keep: Optional[int],
-                 top_logprobs: Optional[int] = None):
+                 top_logprobs: Optional[int] = None, prompt_logprobs: bool = False):
         self.id = next(Request._ids)
         self.prompt_ids = prompt_ids
         self.sampler = sampler
@@ -159,6 +161,9 @@ class Request:
         # alternatives each (an ending end-of-generation id has none: it is no output)
         self.top_logprobs = top_logprobs
         self.logprobs: Optional[list] = None if top_logprobs is None else []
+        # prompt_logprobs: prompt_logprobs[j - 1] for prompt id j >= 1 (given ids[:j]), each with
+        # top_logprobs alternatives; the prompt is then prefilled from scratch, no reuse
+        self.prompt_logprobs: Optional[list] = [] if prompt_logprobs else None
         self.text = ""                      # released text (stop strings cut off)
         self.finish_reason: Optional[str] = None   # stop | length | cancelled | error
         self.stop_matched: Optional[str] = None
@@ -347,14 +352,18 @@ class Engine:
     def submit(self, prompt, *, max_tokens: Optional[int] = None, stop: Sequence[str] | str = (),
                ignore_eos: bool = False, conversation: Optional[str] = None,
                n_keep: Optional[int] = None, on_event=None, sampler=None,
-               do_sample: Optional[bool] = None, logprobs: Optional[int] = None, **sampling) -> Request:
+               do_sample: Optional[bool] = None, logprobs: Optional[int] = None,
+               prompt_logprobs: bool = False, **sampling) -> Request:
         """Queue a generation. prompt: token ids, or text (encoded with BOS as Model.generate).
         max_tokens: None for the engine's n_predict. sampling: temperature, top_k, top_p, min_p,
         repeat_penalty, repeat_last_n, seed, frequency_penalty, presence_penalty, logit_bias (Sampler).
         conversation: a key that prefers the slot that served it last. n_keep: the slot's pinned
         tokens if its cache starts afresh (default: the engine's). on_event: see Request.
         logprobs: None, or k in [0, MAX_TOP_LOGPROBS]: each generated token's log-probability
-        and its k most likely alternatives (Request.logprobs, and "logprobs" events)."""
+        and its k most likely alternatives (Request.logprobs, and "logprobs" events).
+        prompt_logprobs (needs logprobs): also every prompt id's after the first
+        (Request.prompt_logprobs; what OpenAI's echo + logprobs scores); max_tokens=0 then scores
+        the prompt alone."""
         if self._closing:
             raise RuntimeError("the engine is closed")
         if on_event is not None and not callable(on_event):
@@ -372,8 +381,10 @@ class Engine:
         if not is_int(max_tokens):
             raise TypeError(f"max_tokens must be an integer (or None), got {max_tokens!r}")
         max_tokens = int(max_tokens)
-        if max_tokens == 0 or max_tokens < -1:
-            raise ValueError(f"max_tokens must be >= 1 (or -1: no limit), got {max_tokens}")
+        if prompt_logprobs and logprobs is None:
+            raise ValueError("prompt_logprobs needs logprobs (the alternatives per token: 0 for none)")
+        if (max_tokens == 0 and not prompt_logprobs) or max_tokens < -1:
+            raise ValueError(f"max_tokens must be >= 1 (or -1: no limit; 0 with prompt_logprobs), got {max_tokens}")
         if n_keep is not None and not is_int(n_keep):
             raise TypeError(f"n_keep must be an integer (or None), got {n_keep!r}")
         if n_keep is not None and not 0 <= int(n_keep) < self.n_ctx:
@@ -387,7 +398,7 @@ class Engine:
             sampler.check_vocab(self.model.n_vocab)
         req = Request(ids, sampler, None if max_tokens < 0 else max_tokens, stop, bool(ignore_eos),
                       conversation, None if n_keep is None else int(n_keep),
-                      None if logprobs is None else int(logprobs))
+                      None if logprobs is None else int(logprobs), bool(prompt_logprobs))
         req._engine = self
         req.on_event = on_event
         with self._cv:
@@ -601,7 +612,8 @@ class Engine:
                 else:
                     keep.append(req)
                 continue
-            self._assign(*self._pick(idle, req), req)
+            s, n = self._pick(idle, req)
+            self._assign(s, 0 if req.prompt_logprobs is not None else n, req)   # (scored: every id's logits)
         self._queue = keep
 
     def _reuse(self, s: _Slot, ids: list) -> int:
@@ -688,12 +700,14 @@ class Engine:
         dec = [s for s in self.slots if s.req is not None and s.next_tok is not None]
         if pre:
             s = min(pre, key=lambda s: s.admit_seq)
-            if dec and len(dec) < N_BATCH:
+            if dec and len(dec) < N_BATCH and s.req.prompt_logprobs is None:
                 n = min(self._prefill_limit(), len(s.pending), N_BATCH - len(dec))
                 if n <= s.session.n_ctx - s.session.n_past:  # fits without an eviction: one run
                     self._mixed_step(s, n, dec)
                     return
             limit = self._prefill_limit() if dec else self.n_batch
+            if s.req.prompt_logprobs is not None:   # every row's logits: at most ~32 MB of them
+                limit = max(1, min(limit, _SCORED_LOGITS // max(1, self.model.n_vocab)))
             chunk = s.pending[:limit]
             del s.pending[:limit]
             t0 = time.perf_counter()
@@ -779,17 +793,28 @@ class Engine:
         return min(self.n_batch, max(_PREFILL_MIN, n))
 
     def _eval_one(self, s: _Slot, ids: list):
+        req = s.req
+        scored = req is not None and req.prompt_logprobs is not None
         try:
-            s.last_logits = s.session.eval(ids)
+            out = s.session.eval(ids, all_logits=scored)
         except Exception:
             s.reset()
             raise
         s.history.extend(ids)
+        if scored:      # row r predicts the prompt id after ids[r] (the last row: the first output)
+            done = len(req.prompt_logprobs)
+            nxt = req.prompt_ids[done + 1:done + 1 + len(ids)]
+            req.prompt_logprobs.extend(token_logprob(out[r], t, req.top_logprobs) for r, t in enumerate(nxt))
+            out = out[-1]
+        s.last_logits = out
 
     def _sample(self, s: _Slot, logits):
         req = s.req
         if req.cancelled:
             self._finish(s, "cancelled")
+            return
+        if req.max_tokens == 0:         # the prompt scored (prompt_logprobs), nothing generated
+            self._finish(s, "length")
             return
         try:
             tok = req.sampler.sample(logits, s.prev_ids)

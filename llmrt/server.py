@@ -107,7 +107,6 @@ _UNSUPPORTED = (
     ("tool_choice", lambda v: v in ("none", "auto"), "no tool calling"),   # (auto: with no tools,
     ("function_call", lambda v: v in ("none", "auto"), "no function calling"),   # none)
     ("response_format", lambda v: v == {"type": "text"}, "plain text only: no JSON mode or schema"),
-    ("echo", lambda v: v is False, "the prompt is not echoed"),
     ("suffix", lambda v: v == "", "no insertion after a suffix"),
     ("best_of", lambda v: v == 1, "one completion per request"),
 )
@@ -187,6 +186,10 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     if so is not None:
         _opt_type(so, "include_usage", bool, "a boolean")
     _num(body, "n", 1, 1, default=1, integer=True)      # one choice per request
+    echo = _opt_type(body, "echo", bool, "a boolean")
+    if chat and echo:
+        raise APIError(400, "'echo' is a completions field (chat answers never repeat the messages)",
+                       param="echo")
     if not chat and body.get("top_logprobs") is not None:
         raise APIError(400, "'top_logprobs' is a chat field: completions take 'logprobs': N",
                        param="top_logprobs")
@@ -197,8 +200,9 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     kw: dict[str, Any] = {}
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     mt = body.get(name)                 # (a null max_completion_tokens is absent, not a limit)
-    if mt is not None:
-        kw["max_tokens"] = _num({name: mt}, name, 1, 1 << 30, integer=True)
+    if mt is not None:      # (0: score the prompt only, with echo and logprobs)
+        scoring = not chat and echo and body.get("logprobs") not in (None, False)
+        kw["max_tokens"] = _num({name: mt}, name, 0 if scoring else 1, 1 << 30, integer=True)
     kw["temperature"] = _num(body, "temperature", 0.0, 2.0, SAMPLING_DEFAULTS["temperature"])
     kw["top_p"] = _num(body, "top_p", 0.0, 1.0, SAMPLING_DEFAULTS["top_p"], lo_open=True)
     kw["top_k"] = _num(body, "top_k", 0, 1 << 30, SAMPLING_DEFAULTS["top_k"], integer=True)
@@ -226,6 +230,8 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     lp = parse_logprobs(body, chat)
     if lp is not None:
         kw["logprobs"] = lp
+        if not chat and echo:           # the prompt's ids scored too (e.g. lm-eval's loglikelihood)
+            kw["prompt_logprobs"] = True
     return kw
 
 
@@ -257,7 +263,7 @@ class LogprobsFormat:
         return {"id": i, "token": self._text(b), "logprob": lp, "bytes": list(b)}
 
     def __call__(self, entries: list) -> dict:
-        if self.chat:
+        if self.chat:       # (chat never echoes: every entry has its logprob)
             return {"content": [dict(self._entry(e.id, e.logprob),
                                      top_logprobs=[self._entry(i, lp) for i, lp in e.top])
                                 for e in entries]}
@@ -265,8 +271,9 @@ class LogprobsFormat:
         for e in entries:
             b = self._piece(e.id)
             out["tokens"].append(self._text(b))
-            out["token_logprobs"].append(e.logprob)
-            out["top_logprobs"].append({self._text(self._piece(i)): lp for i, lp in e.top})
+            out["token_logprobs"].append(e.logprob)        # (None: an echoed prompt's first token)
+            out["top_logprobs"].append(None if e.logprob is None else
+                                       {self._text(self._piece(i)): lp for i, lp in e.top})
             out["text_offset"].append(self.chars)
             self.chars += len(self.dec.decode(b))
         return out
@@ -549,6 +556,17 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                             headers={"Retry-After": "1"})
         return APIError(500, f"generation failed: {req.error}")
 
+    def echoed(req, lpf) -> tuple:
+        """(the prompt's text, its logprobs object or None) for a completion with echo: the
+        first id has no log-probability, the others their prompt_logprobs."""
+        from llmrt.engine import TokenLogprob
+        ids = req.prompt_ids
+        text = (tok.detokenize(ids, remove_special=False, unparse_special=True).decode("utf-8", errors="replace")
+                if tok is not None else "")
+        if lpf is None:
+            return text, None
+        return text, lpf([TokenLogprob(ids[0], None, ())] + list(req.prompt_logprobs))
+
     async def run(request: Request, ids: list, kw: dict, body: dict, chat: bool):
         stream = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -561,6 +579,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         obj = "chat.completion" if chat else "text_completion"
         name = model_name
         lpf = LogprobsFormat(tok, chat) if kw.get("logprobs") is not None else None
+        echo = not chat and body.get("echo") is True
 
         if not stream:
             parts = []
@@ -591,7 +610,11 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 raise failed(req)
             text = "".join(parts)
             fr = _finish_reason(req.finish_reason)
+            head, head_lp = echoed(req, lpf) if echo else ("", None)
             lp = lpf(req.logprobs) if lpf is not None else None
+            if head_lp is not None:
+                lp = {k: head_lp[k] + lp[k] for k in lp}
+            text = head + text
             choice = ({"index": 0, "message": {"role": "assistant", "content": text},
                        "logprobs": lp, "finish_reason": fr} if chat else
                       {"index": 0, "text": text, "logprobs": lp, "finish_reason": fr})
@@ -619,6 +642,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             return "data: " + data + "\n\n"
 
         async def events():
+            nonlocal echo
             try:
                 if chat:
                     yield event(chunk({"role": "assistant", "content": ""}, None, None))
@@ -626,6 +650,10 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 lps: list = []       # tokens' logprobs not yet sent: they go with the next text
                 while not done:
                     items = [await aq.get()]
+                    if echo:         # the prompt first, once prefilled (its logprobs are made then)
+                        head, head_lp = echoed(req, lpf)
+                        yield event(chunk(None, head, None, head_lp))
+                        echo = False
                     while not aq.empty():           # what queued meanwhile goes in one write
                         items.append(aq.get_nowait())
                     out = []

@@ -576,3 +576,29 @@ def test_logit_bias_in_generate_and_the_engine(tiny):
             eng.submit(prompt, logit_bias={10 ** 6: 1.0})
     with pytest.raises(ValueError, match="out of range"):
         tiny.generate(prompt, max_new_tokens=1, logit_bias={10 ** 6: 1.0})
+
+
+def test_prompt_logprobs_score_every_prompt_id(tiny):
+    """Engine.submit(prompt_logprobs=True): each prompt id after the first gets the model's
+    log-probability given the ids before it (an all-logits evaluation, apart), also when the
+    prompt is prefilled in several chunks next to a running stream and a slot held its prefix
+    (scored prompts start afresh); max_tokens=0 scores without generating."""
+    from test_real_models import log_softmax
+    prompt = _ids(40, 31)
+    want = log_softmax(tiny.new_session(ctx_size=64).eval(prompt, all_logits=True))
+    with Engine(tiny, n_parallel=2, ctx_size=64, prefill_chunk=16) as eng:
+        eng.submit(prompt[:20], max_tokens=2, temperature=0, ignore_eos=True).wait(WAIT)   # a held prefix
+        other = eng.submit(_ids(5, 32), max_tokens=30, temperature=0, ignore_eos=True)
+        r = eng.submit(prompt, max_tokens=0, logprobs=3, prompt_logprobs=True).wait(WAIT)
+        g = eng.submit(prompt, max_tokens=2, temperature=0, ignore_eos=True, logprobs=0, prompt_logprobs=True).wait(WAIT)
+        other.wait(WAIT)
+        with pytest.raises(ValueError, match="prompt_logprobs needs logprobs"):
+            eng.submit(prompt, prompt_logprobs=True)
+    assert r.finish_reason == "length" and r.ids == [] and r.usage.cached_tokens == 0
+    assert [e.id for e in r.prompt_logprobs] == prompt[1:]
+    for j, e in enumerate(r.prompt_logprobs):
+        assert abs(e.logprob - want[j, prompt[j + 1]]) <= LOGPROB_ABS
+        best = np.argsort(-want[j], kind="stable")[:3]
+        assert [i for i, _ in e.top] == best.tolist()
+    assert [e.logprob for e in g.prompt_logprobs] == [e.logprob for e in r.prompt_logprobs]
+    assert len(g.logprobs) == 2 and abs(g.logprobs[0].logprob - want[-1].max()) <= LOGPROB_ABS

@@ -206,6 +206,41 @@ def test_logprobs_of_tokens_inside_a_character(server):
     assert ok.status_code == 200 and ok.json()["choices"][0]["logprobs"] is None
 
 
+def test_echo_scores_the_prompt(server):
+    """Completions' echo with logprobs, as lm-evaluation-harness's loglikelihood asks it
+    (max_tokens 0 or 1): the prompt's text and tokens first, the first token without a
+    log-probability, every other one the model's log-probability given the ids before it (the
+    library's log-softmax, computed apart), then the answer's; streamed, the same entries."""
+    from llmrt import Model
+    from test_real_models import log_softmax
+    m = Model(real_model_path("smollm2-135m-instruct"), n_threads=1, ctx_size=512)
+    prompt = "The quick brown fox jumps over the lazy dog"
+    ids = m.tokenizer.encode(prompt, add_special=True)
+    want = log_softmax(m.new_session(ctx_size=512).eval(ids, all_logits=True))
+    for max_tokens in (0, 1):
+        r = server.client.completions.create(model="x", prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                             echo=True, logprobs=2)
+        c, lp = r.choices[0], r.choices[0].logprobs
+        assert c.text.startswith(prompt) and len(lp.tokens) == len(ids) + max_tokens
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        for j in range(1, len(ids)):
+            assert abs(lp.token_logprobs[j] - want[j - 1, ids[j]]) <= 1e-6, j
+            assert len(lp.top_logprobs[j]) == 2 and max(lp.top_logprobs[j].values()) == \
+                pytest.approx(want[j - 1].max(), abs=1e-6)
+        assert r.usage.completion_tokens == max_tokens and r.usage.prompt_tokens == len(ids)
+    chunks = list(server.client.completions.create(model="x", prompt=prompt, max_tokens=3, temperature=0,
+                                                   echo=True, logprobs=1, stream=True))
+    assert chunks[0].choices[0].text == prompt
+    streamed = sum((ch.choices[0].logprobs.token_logprobs for ch in chunks if ch.choices[0].logprobs), [])
+    whole = server.client.completions.create(model="x", prompt=prompt, max_tokens=3, temperature=0, echo=True,
+                                             logprobs=1)
+    assert streamed == whole.choices[0].logprobs.token_logprobs and len(streamed) == len(ids) + 3
+    plain = server.client.completions.create(model="x", prompt=prompt, max_tokens=3, temperature=0, echo=True)
+    assert plain.choices[0].text == whole.choices[0].text and plain.choices[0].logprobs is None
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={"prompt": prompt, "max_tokens": 0, "echo": True})
+    assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]    # (0: scoring only)
+
+
 def test_logprobs_chat_and_completions(server):
     """logprobs through the openai client: one entry per generated token (the end-of-generation
     id has none), alternatives most likely first, greedy tokens the most likely; the token texts
@@ -527,8 +562,8 @@ def test_unsupported_fields_at_their_off_values_are_accepted(server):
     r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
         "prompt": "Hi", "max_tokens": 2, "echo": False, "suffix": "", "best_of": 1})
     assert r.status_code == 200, r.text
-    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={"prompt": "Hi", "echo": True})
-    assert r.status_code == 400 and "'echo' is not supported" in r.json()["error"]["message"]
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=TIMEOUT, json={"messages": MSG, "echo": True})
+    assert r.status_code == 400 and "'echo' is a completions field" in r.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("body,needle", [
