@@ -139,9 +139,8 @@ class Request:
     request, is called from the engine thread as on_event(kind, payload) for kind "text"
     (payload: a str), "logprobs" (payload: a TokenLogprob, before the token's "text"; only when
     the request asked for logprobs) and "done" (payload: None) instead of queueing them for
-    iteration; if it
-    raises, the error is logged, the callback is not called again and the request is cancelled
-    (the engine and the other requests go on)."""
+    iteration; if it raises, the error is logged, the callback is not called again and the
+    request is cancelled (the engine and the other requests go on)."""
 
     _ids = itertools.count(1)
 
@@ -612,8 +611,11 @@ class Engine:
                 else:
                     keep.append(req)
                 continue
-            s, n = self._pick(idle, req)
-            self._assign(s, 0 if req.prompt_logprobs is not None else n, req)   # (scored: every id's logits)
+            if req.prompt_logprobs is not None:     # scored: every id's logits, so no reuse, and
+                empty = [s for s in idle if not s.history]   # no conversation's cache lost for it
+                self._assign(empty[0] if empty else min(idle, key=lambda s: s.last_used), 0, req)
+            else:
+                self._assign(*self._pick(idle, req), req)
         self._queue = keep
 
     def _reuse(self, s: _Slot, ids: list) -> int:
@@ -711,13 +713,15 @@ class Engine:
             chunk = s.pending[:limit]
             del s.pending[:limit]
             t0 = time.perf_counter()
+            scored = s.req.prompt_logprobs is not None     # (its time is not a plain prefill's)
             try:
                 self._eval_one(s, chunk)
             except Exception as e:          # e.g. n_keep leaves no room: this request only
                 log.exception("llmrt: prefill of request %d failed", s.req.id)
                 self._finish(s, "error", error=f"{type(e).__name__}: {e}")
             else:
-                self._pre_tok_s = _average(self._pre_tok_s, (time.perf_counter() - t0) / len(chunk))
+                if not scored:
+                    self._pre_tok_s = _average(self._pre_tok_s, (time.perf_counter() - t0) / len(chunk))
                 self._m["prefill_tokens"] += len(chunk)
                 self._m["prefill_chunks"] += 1
                 if not s.pending:
