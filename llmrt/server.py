@@ -133,8 +133,7 @@ def parse_logit_bias(body: dict, n_vocab: int, tokenizer=None) -> Optional[dict]
     """OpenAI's {"id": bias} or llama.cpp's [[id, bias], ...] -> {id: bias} for the Sampler.
     bias: a number in [-100, 100], or false (llama.cpp: banned). As llama-server, an object key
     that is not a token id, and a pair's first element that is a string, is text: the bias goes to
-    each of its tokens. Ids are checked
-    against the vocabulary; banning all of it is refused."""
+    each of its tokens. Ids are checked against the vocabulary; banning all of it is refused."""
     v = body.get("logit_bias")
     if v is None or v == {} or v == []:
         return None
@@ -704,7 +703,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                                 "with token ids")
         body = await read_json(request)
         kw = parse_common(body, engine.n_ctx, chat=True)
-        lb = parse_logit_bias(body, model.n_vocab, tok)
+        lb = await run_in_threadpool(parse_logit_bias, body, model.n_vocab, tok)   # (text: tokenized)
         if lb:
             kw["logit_bias"] = lb
         messages = parse_messages(body)
@@ -726,7 +725,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     async def completions(request: Request):
         body = await read_json(request)
         kw = parse_common(body, engine.n_ctx, chat=False)
-        lb = parse_logit_bias(body, model.n_vocab, tok)
+        lb = await run_in_threadpool(parse_logit_bias, body, model.n_vocab, tok)   # (text: tokenized)
         if lb:
             kw["logit_bias"] = lb
         prompt = body.get("prompt")
