@@ -904,8 +904,9 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
 def _api_keys(given, path) -> list:
     """--api-key values (one key each; LLMRT_API_KEY: space-separated) and --api-key-file's lines
     (blank lines and # comments skipped), in order, each once. An empty value is an error."""
-    keys = list(given)      # (LLMRT_API_KEY: click splits it at whitespace)
-    if any(not k.strip() for k in keys):    # an unset $KEY must not turn the check off
+    # stripped, as a header's value is compared (LLMRT_API_KEY: click splits it at whitespace)
+    keys = [k.strip() for k in given]
+    if not all(keys):           # e.g. --api-key "$KEY" with KEY unset: never a server without one
         raise click.BadParameter("an empty API key", param_hint="--api-key")
     if path is not None:
         try:
