@@ -5,8 +5,8 @@
 
 Routes: GET / (a chat page in the browser), POST /v1/chat/completions, POST /v1/completions
 (both with `stream` as server-sent events in OpenAI's chunk format, ending with `data: [DONE]`),
-GET /v1/models (and /v1/models/{id}), POST /tokenize and /detokenize (llama-server's), GET or
-HEAD /health, GET /metrics (Prometheus), GET /slots
+GET /v1/models (and /v1/models/{id}), POST /tokenize and /detokenize and GET /props
+(llama-server's), GET or HEAD /health, GET /metrics (Prometheus), GET /slots
 (each slot's cache: cells used, pinned, shifts), POST /slots/{id}?action=save|restore|erase
 (llama.cpp's slot API; files inside --slot-save-path).
 
@@ -42,6 +42,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
+from llmrt import __version__
 from llmrt.checks import is_int, is_number
 
 log = logging.getLogger("llmrt")
@@ -824,6 +825,17 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                            param="tokens")
         text = await run_in_threadpool(tok.detokenize, ids, remove_special=False, unparse_special=True)
         return {"content": text.decode("utf-8", errors="replace")}
+
+    @app.get("/props")
+    async def props():
+        """llama-server's properties, for clients and UIs that read them: the slots, the context
+        per slot, the chat template's source, the defaults a request gets."""
+        return {"total_slots": len(engine.slots), "n_ctx": engine.n_ctx, "model_alias": model_name,
+                "model_path": str(model.path), "chat_template": template.source if template is not None else None,
+                "chat_template_name": template.name if template is not None else None,
+                "default_generation_settings": {"n_ctx": engine.n_ctx, "n_predict": engine.n_predict,
+                                                "n_keep": n_keep, **SAMPLING_DEFAULTS},
+                "build_info": f"llmrt {__version__}"}
 
     @app.api_route("/health", methods=["GET", "HEAD"])     # (HEAD: load balancers' probes)
     async def health():

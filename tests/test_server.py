@@ -117,6 +117,9 @@ def test_models_and_health(server):
     assert one.id == models.data[0].id and one.owned_by == "llmrt"
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         server.client.models.retrieve("gpt-4o")
+    props = httpx.get(server.url + "/props", timeout=5).json()      # llama-server's
+    assert props["total_slots"] == 4 and props["n_ctx"] == 512 and "<|im_start|>" in props["chat_template"]
+    assert props["default_generation_settings"]["temperature"] == 0.8
 
 
 def test_chat_streamed_equals_not_streamed(server):
