@@ -49,6 +49,7 @@ log = logging.getLogger("llmrt")
 
 MAX_BODY_BYTES = 4 << 20         # default --max-body-bytes
 MAX_STOP = 16                    # stop strings per request
+MAX_PROMPTS = 64                 # prompts per completions request (one choice each)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 SAMPLING_DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05}
 
@@ -539,9 +540,9 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         _check_unicode(body)
         return body
 
-    def submit(ids: list, kw: dict, conversation: Optional[str], loop, aq: asyncio.Queue):
-        def on_event(kind, payload):
-            loop.call_soon_threadsafe(aq.put_nowait, (kind, payload))
+    def submit(ids: list, kw: dict, conversation: Optional[str], loop, aq: asyncio.Queue, i: int = 0):
+        def on_event(kind, payload):        # (i: the prompt's index in the request)
+            loop.call_soon_threadsafe(aq.put_nowait, (i, kind, payload))
         try:
             return engine.submit(ids, conversation=conversation, on_event=on_event, **kw)
         except QueueFull as e:
@@ -567,27 +568,42 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             return text, None
         return text, lpf([TokenLogprob(ids[0], None, ())] + list(req.prompt_logprobs))
 
-    async def run(request: Request, ids: list, kw: dict, body: dict, chat: bool):
+    async def run(request: Request, prompts: list, kw: dict, body: dict, chat: bool):
+        """Serve one request: prompts, a list of id lists (several only from /v1/completions:
+        one choice each, decoded side by side in the slots)."""
         stream = bool(body.get("stream"))
+        if stream and len(prompts) > 1:
+            raise APIError(400, "a streamed request takes one prompt (send several prompts without "
+                                "stream, or one streamed request each)", param="prompt")
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         conversation = (body.get("user") or request.headers.get("x-session-id")
                         or request.headers.get("serve_multiplexed_model_id"))   # (Ray Serve's)
         loop = asyncio.get_running_loop()
         aq: asyncio.Queue = asyncio.Queue()
-        req = submit(ids, kw, conversation, loop, aq)
+        reqs = []
+        try:
+            for i, ids in enumerate(prompts):
+                reqs.append(submit(ids, kw, conversation if len(prompts) == 1 else None, loop, aq, i))
+        except APIError:                # (e.g. the queue is full: none of them is served)
+            for r in reqs:
+                r.cancel()
+            raise
+        req = reqs[0]
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         obj = "chat.completion" if chat else "text_completion"
         name = model_name
-        lpf = LogprobsFormat(tok, chat) if kw.get("logprobs") is not None else None
+        logprobs = kw.get("logprobs") is not None
+        lpf = LogprobsFormat(tok, chat) if logprobs else None
         echo = not chat and body.get("echo") is True
 
         if not stream:
-            parts = []
+            parts = [[] for _ in reqs]
+            left = len(reqs)
             checked = loop.time()
             try:
-                while True:
+                while left:
                     try:
-                        kind, payload = await asyncio.wait_for(aq.get(), timeout=DISCONNECT_POLL_S)
+                        i, kind, payload = await asyncio.wait_for(aq.get(), timeout=DISCONNECT_POLL_S)
                     except asyncio.TimeoutError:
                         kind = None
                     # every DISCONNECT_POLL_S, tokens flowing or not (they arrive faster than
@@ -595,31 +611,40 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                     if loop.time() - checked >= DISCONNECT_POLL_S:
                         checked = loop.time()
                         if await request.is_disconnected():
-                            req.cancel()
+                            for r in reqs:
+                                r.cancel()
                             return Response(status_code=499)
-                    if kind is None:
-                        continue
                     if kind == "text":
-                        parts.append(payload)
+                        parts[i].append(payload)
                     elif kind == "done":
-                        break                   # (logprobs: req.logprobs has them all)
+                        left -= 1               # (logprobs: req.logprobs has them all)
             except asyncio.CancelledError:
-                req.cancel()
+                for r in reqs:
+                    r.cancel()
                 raise
-            if req.finish_reason == "error":
-                raise failed(req)
-            text = "".join(parts)
-            fr = _finish_reason(req.finish_reason)
-            head, head_lp = echoed(req, lpf) if echo else ("", None)
-            lp = lpf(req.logprobs) if lpf is not None else None
-            if head_lp is not None:
-                lp = {k: head_lp[k] + lp[k] for k in lp}
-            text = head + text
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text},
-                       "logprobs": lp, "finish_reason": fr} if chat else
-                      {"index": 0, "text": text, "logprobs": lp, "finish_reason": fr})
+            for r in reqs:
+                if r.finish_reason == "error":
+                    raise failed(r)
+            choices = []
+            for i, r in enumerate(reqs):
+                f = LogprobsFormat(tok, chat) if logprobs else None     # (offsets per choice)
+                head, head_lp = echoed(r, f) if echo else ("", None)
+                lp = f(r.logprobs) if f is not None else None
+                if head_lp is not None:
+                    lp = {k: head_lp[k] + lp[k] for k in lp}
+                text = head + "".join(parts[i])
+                fr = _finish_reason(r.finish_reason)
+                choices.append({"index": i, "message": {"role": "assistant", "content": text},
+                                "logprobs": lp, "finish_reason": fr} if chat else
+                               {"index": i, "text": text, "logprobs": lp, "finish_reason": fr})
+            usage = _usage(reqs[0])
+            for r in reqs[1:]:
+                u = _usage(r)
+                for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+                    usage[k] += u[k]
+                usage["prompt_tokens_details"]["cached_tokens"] += u["prompt_tokens_details"]["cached_tokens"]
             return {"id": rid, "object": obj, "created": int(time.time()), "model": name,
-                    "system_fingerprint": "llmrt", "choices": [choice], "usage": _usage(req)}
+                    "system_fingerprint": "llmrt", "choices": choices, "usage": usage}
 
         chunk_obj = "chat.completion.chunk" if chat else "text_completion"
         created_s = int(time.time())
@@ -651,13 +676,13 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 while not done:
                     items = [await aq.get()]
                     if echo:         # the prompt first, once prefilled (its logprobs are made then)
-                        head, head_lp = echoed(req, lpf)
-                        yield event(chunk(None, head, None, head_lp))
+                        echo_text, echo_lp = echoed(req, lpf)     # (head: the hot path's)
+                        yield event(chunk(None, echo_text, None, echo_lp))
                         echo = False
                     while not aq.empty():           # what queued meanwhile goes in one write
                         items.append(aq.get_nowait())
                     out = []
-                    for kind, payload in items:
+                    for _, kind, payload in items:
                         if kind == "logprobs":
                             lps.append(payload)
                         elif kind == "text" and lps:
@@ -720,7 +745,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         # a long conversation takes a while to render and tokenize: off the event loop, which
         # keeps serving every other client meanwhile
         ids, kw["n_keep"] = await run_in_threadpool(prompt_ids)
-        return await run(request, ids, kw, body, chat=True)
+        return await run(request, [ids], kw, body, chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -730,23 +755,31 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         if lb:
             kw["logit_bias"] = lb
         prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]          # a batch of one
-        if isinstance(prompt, str):
-            if tok is None:
-                raise APIError(400, "this model has no tokenizer: send token ids", param="prompt")
-            if not prompt:
-                raise APIError(400, "'prompt' is empty", param="prompt")
-            ids = await run_in_threadpool(tok.encode, prompt, add_special=True)
-        elif isinstance(prompt, list) and prompt and all(is_int(i) for i in prompt):
-            bad = [i for i in prompt if not 0 <= i < model.n_vocab]
-            if bad:
-                raise APIError(400, f"token id {bad[0]} is out of range for a vocabulary of "
-                                    f"{model.n_vocab}", param="prompt")
-            ids = list(prompt)
-        else:
-            raise APIError(400, "'prompt' must be a non-empty string or a list of token ids (one "
-                                "prompt per request)", param="prompt")
+        # one prompt (a string, or token ids), or several (a list of them: one choice each)
+        several = isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt)
+        prompts = prompt if several else [prompt]
+        if len(prompts) > MAX_PROMPTS:
+            raise APIError(400, f"'prompt' holds {len(prompts)} prompts, at most {MAX_PROMPTS}", param="prompt")
+        ids = []
+        for j, p in enumerate(prompts):
+            where = f"prompt[{j}]" if several else "prompt"
+            if isinstance(p, str):
+                if tok is None:
+                    raise APIError(400, "this model has no tokenizer: send token ids", param="prompt")
+                if not p:
+                    raise APIError(400, f"'{where}' is empty", param="prompt")
+                # special-token texts are tokens, as llama-server and vLLM read a prompt (a client
+                # that counts "<|im_start|>" as one token must get one)
+                ids.append(await run_in_threadpool(tok.encode, p, add_special=True, parse_special=True))
+            elif isinstance(p, list) and p and all(is_int(i) for i in p):
+                bad = [i for i in p if not 0 <= i < model.n_vocab]
+                if bad:
+                    raise APIError(400, f"token id {bad[0]} is out of range for a vocabulary of "
+                                        f"{model.n_vocab}", param="prompt")
+                ids.append(list(p))
+            else:
+                raise APIError(400, "'prompt' must be a non-empty string, a list of token ids, or a list "
+                                    "of such prompts", param="prompt")
         if "n_keep" not in kw and n_keep != "auto" and n_keep is not None:
             kw["n_keep"] = n_keep
         return await run(request, ids, kw, body, chat=False)
@@ -786,34 +819,38 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
 
     @app.post("/tokenize")
     async def tokenize(request: Request):
-        """llama-server's: {"content", "add_special" (false), "parse_special" (true), "with_pieces"
-        (false)} -> {"tokens": [id, ...]}, or [{"id", "piece"}, ...] with pieces (a piece that
-        is not whole UTF-8 is its list of bytes)."""
+        """llama-server's {"content", "add_special" (false), "parse_special" (true), "with_pieces"
+        (false)}, or vLLM's {"prompt", "add_special_tokens"} (what lm-evaluation-harness's remote
+        tokenizer sends) -> {"tokens": [id, ...], "count", "max_model_len"}; with pieces,
+        [{"id", "piece"}, ...] (a piece that is not whole UTF-8 is its list of bytes)."""
         need_tokenizer()
         body = await read_json(request)
-        content = body.get("content")
+        field = "content" if "content" in body or "prompt" not in body else "prompt"
+        content = body.get(field)
         if not isinstance(content, str):
-            raise APIError(400, "'content' must be a string", param="content")
-        add = _opt_type(body, "add_special", bool, "a boolean") or False
+            raise APIError(400, f"'{field}' must be a string", param=field)
+        add_name = "add_special" if "add_special" in body or "add_special_tokens" not in body else "add_special_tokens"
+        add = _opt_type(body, add_name, bool, "a boolean") or False
         parse = _opt_type(body, "parse_special", bool, "a boolean")
         pieces = _opt_type(body, "with_pieces", bool, "a boolean") or False
         ids = await run_in_threadpool(tok.encode, content, add_special=add,
                                       parse_special=True if parse is None else parse)
+        out = {"count": len(ids), "max_model_len": engine.n_ctx}
         if not pieces:
-            return {"tokens": ids}
-        out = []
+            return {"tokens": ids, **out}
+        listed = []
         for i in ids:
             b = tok.token_to_piece(i)
             try:
-                out.append({"id": i, "piece": b.decode("utf-8")})
+                listed.append({"id": i, "piece": b.decode("utf-8")})
             except UnicodeDecodeError:
-                out.append({"id": i, "piece": list(b)})
-        return {"tokens": out}
+                listed.append({"id": i, "piece": list(b)})
+        return {"tokens": listed, **out}
 
     @app.post("/detokenize")
     async def detokenize(request: Request):
-        """llama-server's: {"tokens": [id, ...]} -> {"content": text} (special tokens rendered;
-        bytes that are not whole UTF-8 become U+FFFD)."""
+        """{"tokens": [id, ...]} -> {"content": text} (llama-server's name) and "prompt" (vLLM's):
+        special tokens rendered; bytes that are not whole UTF-8 become U+FFFD."""
         need_tokenizer()
         body = await read_json(request)
         ids = body.get("tokens")
@@ -824,7 +861,21 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             raise APIError(400, f"token id {bad[0]} is out of range for a vocabulary of {model.n_vocab}",
                            param="tokens")
         text = await run_in_threadpool(tok.detokenize, ids, remove_special=False, unparse_special=True)
-        return {"content": text.decode("utf-8", errors="replace")}
+        text = text.decode("utf-8", errors="replace")
+        return {"content": text, "prompt": text}
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info():
+        """vLLM's (lm-evaluation-harness's remote tokenizer reads it): the special tokens' texts
+        and the chat template."""
+        need_tokenizer()
+
+        def text(i):
+            return None if i is None or i < 0 else tok.id_to_token(i)
+        return {"tokenizer_class": "llmrt", "bos_token": text(getattr(tok, "bos_id", None)),
+                "eos_token": text(getattr(tok, "eos_id", None)), "pad_token": text(getattr(tok, "pad_id", None)),
+                "add_bos_token": bool(getattr(tok, "add_bos", False)), "model_max_length": engine.n_ctx,
+                "chat_template": template.source if template is not None else None}
 
     @app.get("/props")
     async def props():

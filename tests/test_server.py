@@ -307,6 +307,28 @@ def test_logit_bias(server):
     assert every.status_code == 400 and "bans every token" in every.json()["error"]["message"]
 
 
+def test_several_prompts_one_choice_each(server):
+    """A list of prompts (strings or id lists, as lm-evaluation-harness batches them): one choice
+    per prompt, in order, each the answer the prompt gets alone; usage summed."""
+    prompts = ["1, 2, 3,", "The capital of France is", [1, 504, 30, 216]]
+    alone = [server.client.completions.create(model="x", prompt=p, temperature=0, max_tokens=6, logprobs=1)
+             for p in prompts]
+    r = server.client.completions.create(model="x", prompt=prompts, temperature=0, max_tokens=6, logprobs=1)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert [c.text for c in r.choices] == [a.choices[0].text for a in alone]
+    assert [c.logprobs.token_logprobs for c in r.choices] == [a.choices[0].logprobs.token_logprobs for a in alone]
+    assert r.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    assert r.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
+
+
+def test_special_token_texts_in_a_completion_prompt_are_tokens(server):
+    """As llama-server and vLLM read a prompt: "<|im_start|>" is one token (lm-evaluation-harness
+    counts it so; it was split into 7 pieces and its scores silently shifted)."""
+    r = server.client.completions.create(model="x", prompt="<|im_start|>user\nHi", max_tokens=1,
+                                         temperature=0, echo=True, logprobs=0)
+    assert r.choices[0].logprobs.tokens[0] == "<|im_start|>" and r.usage.prompt_tokens == 4
+
+
 def test_tokenize_and_detokenize(server):
     """llama-server's /tokenize and /detokenize: the ids the library's tokenizer gives, pieces
     (bytes where a piece is not whole UTF-8), specials parsed by default, and bad input 400."""
@@ -321,6 +343,12 @@ def test_tokenize_and_detokenize(server):
     assert b"".join(bytes(p["piece"]) if isinstance(p["piece"], list) else p["piece"].encode() for p in pieces) == "你".encode()
     assert any(isinstance(p["piece"], list) for p in pieces)        # 你 is split inside its bytes
     assert post("/detokenize", {"tokens": ids}).json()["content"] == text
+    # vLLM's field names (lm-evaluation-harness's remote tokenizer) and its /tokenizer_info
+    v = post("/tokenize", {"prompt": "<|im_end|>", "add_special_tokens": False}).json()
+    assert v["tokens"] == [tok.token_to_id("<|im_end|>")] and v["count"] == 1 and v["max_model_len"] == 512
+    assert post("/detokenize", {"tokens": ids}).json()["prompt"] == text
+    info = httpx.get(server.url + "/tokenizer_info", timeout=TIMEOUT).json()
+    assert info["eos_token"] == tok.id_to_token(tok.eos_id) and "<|im_start|>" in info["chat_template"]
     for path, body, needle in (("/tokenize", {"content": 5}, "'content'"), ("/detokenize", {"tokens": "x"}, "'tokens'"),
                                ("/detokenize", {"tokens": [10 ** 7]}, "out of range"),
                                ("/tokenize", {"content": "x", "with_pieces": 1}, "with_pieces")):
@@ -571,7 +599,9 @@ def test_unsupported_fields_at_their_off_values_are_accepted(server):
 
 @pytest.mark.parametrize("body,needle", [
     ({"prompt": ""}, "empty"), ({"prompt": 5}, "prompt"), ({"prompt": [1, -1]}, "out of range"),
-    ({"prompt": [10 ** 9]}, "out of range"), ({"prompt": ["a", "b"]}, "one prompt"),
+    ({"prompt": [10 ** 9]}, "out of range"), ({"prompt": ["a", 5]}, "or a list of such prompts"),
+    ({"prompt": ["a", ""]}, "'prompt[1]' is empty"), ({"prompt": ["a"] * 65}, "at most 64"),
+    ({"prompt": ["a", "b"], "stream": True}, "a streamed request takes one prompt"),
     ({"prompt": "x", "presence_penalty": 3}, "presence_penalty"), ({}, "prompt"),
     ({"prompt": "\ud800 lone"}, "prompt has an unpaired UTF-16 surrogate"),
     ({"prompt": "x", "stop": ["\udc00"]}, "stop[0] has an unpaired UTF-16 surrogate"),
