@@ -834,6 +834,8 @@ def quantize(input_path, output_path, qtype, threads):
 @click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
               help="Let web pages of ORIGIN (e.g. https://app.example.com; * for any) call the API "
                    "from a browser; repeatable (default: none, same-origin only).")
+@click.option("--body-timeout", type=click.FloatRange(0, min_open=True), default=30.0, show_default=True,
+              help="Seconds a request body may stall between two parts (then 408).")
 @click.option("--ray", "use_ray", is_flag=True,
               help="Run --replicas replicas on Ray Serve behind its HTTP proxy (pip install "
                    "\"llmrt[ray]\"), with conversation affinity (serve_multiplexed_model_id header).")
@@ -845,7 +847,7 @@ def quantize(input_path, output_path, qtype, threads):
 @friendly_errors
 def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, prefill_chunk, n_predict,
           max_queue, timeout, chat_template, alias, max_body_bytes, slot_save_path, api_keys, api_key_file,
-          cors_origins, use_ray, replicas, ray_address, threads, wq):
+          cors_origins, body_timeout, use_ray, replicas, ray_address, threads, wq):
     """Serve MODEL (default: smollm2-135m-instruct) over an OpenAI-compatible HTTP API:
     /v1/chat/completions, /v1/completions, /v1/models[/ID], /tokenize, /detokenize, /health,
     /metrics, /slots, and a chat page at /. With --api-key, all but /health, /v1/models and the
@@ -885,7 +887,7 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
             "threads": threads, "ctx_size": ctx_size, "parallel": parallel, "n_keep": keep,
             "n_discard": n_discard, "n_batch": n_batch, "max_queue": max_queue, "timeout": timeout,
             "n_predict": n_predict, "chat_template": chat_template, "alias": alias, "prefill_chunk": chunk,
-            "api_keys": keys, "cors_origins": list(cors_origins)})
+            "api_keys": keys, "cors_origins": list(cors_origins), "body_timeout": body_timeout})
         return
     socks = listen_sockets(host, port)      # a busy port fails now, not after the load
     try:
@@ -898,7 +900,7 @@ def serve(model, host, port, parallel, ctx_size, n_keep, n_discard, n_batch, pre
                n_discard=n_discard, n_batch=n_batch, max_queue=max_queue, timeout=timeout,
                n_predict=n_predict, chat_template=chat_template, alias=alias,
                max_body_bytes=max_body_bytes, slot_save_path=slot_save_path, prefill_chunk=chunk,
-               sockets=socks, api_keys=keys, cors_origins=list(cors_origins))
+               sockets=socks, api_keys=keys, cors_origins=list(cors_origins), body_timeout=body_timeout)
 
 
 def _api_keys(given, path) -> list:

@@ -82,7 +82,8 @@ class LlmrtReplica:
         template = (ChatTemplate.for_model(model, o.get("chat_template"))
                     if model.tokenizer is not None else None)
         app = create_app(self.engine, o.get("alias") or os.path.basename(model_path), template, n_keep=keep,
-                         api_keys=o.get("api_keys"), cors_origins=o.get("cors_origins"))
+                         api_keys=o.get("api_keys"), cors_origins=o.get("cors_origins"),
+                         **({"body_timeout": o["body_timeout"]} if o.get("body_timeout") else {}))
         ctx = serve.get_replica_context()
         self.replica = f"{ctx.replica_id.unique_id}:{os.getpid()}"
 

@@ -55,6 +55,7 @@ SAMPLING_DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.
 
 
 DISCONNECT_POLL_S = 0.5   # how often a non-streamed request looks for a client that left
+BODY_TIMEOUT_S = 30.0     # default --body-timeout: a request body stalled this long between two parts: 408
 # routes open without an API key (as llama-server's: health, the model list; and the chat page,
 # which asks for the key when the API answers 401)
 PUBLIC_ROUTES = frozenset({"/health", "/v1/models", "/"})
@@ -353,14 +354,15 @@ def _check_unicode(body: dict):
 
 def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None,
-               api_keys=None, cors_origins=None):
+               api_keys=None, cors_origins=None, body_timeout: float = BODY_TIMEOUT_S):
     """The FastAPI app over `engine` (llmrt.engine.Engine). template: a llmrt.chat.ChatTemplate
     (default: the model's). n_keep: "auto" pins BOS + the system prompt of each new conversation
     (capped at half the context), an int pins that many, None leaves the engine's.
     slot_save_path: the directory of POST /slots/{id}?action=save|restore (None: off).
     api_keys: if any, every route but PUBLIC_ROUTES needs one of them (`Authorization: Bearer
     KEY`, or llama.cpp's `X-Api-Key: KEY`): else a 401. cors_origins: origins whose pages may
-    call the API from a browser ("*": any), none by default."""
+    call the API from a browser ("*": any), none by default. body_timeout: seconds a request
+    body may stall between two parts before a 408."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -513,8 +515,16 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             except ValueError:
                 raise APIError(400, "invalid Content-Length header") from None
         chunks, size = [], 0
+        body = request.stream()
         try:
-            async for chunk in request.stream():
+            while True:     # a client that stops sending mid-body is answered, not waited on forever
+                try:
+                    chunk = await asyncio.wait_for(body.__anext__(), timeout=body_timeout)
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    raise APIError(408, f"no part of the request body arrived for {body_timeout:g} s",
+                                   type_="invalid_request_error", code="timeout") from None
                 size += len(chunk)
                 if size > max_body_bytes:
                     raise APIError(413, f"the request body is more than {max_body_bytes} bytes")
@@ -982,7 +992,7 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
           chat_template: Optional[str] = None, alias: Optional[str] = None,
           max_body_bytes: int = MAX_BODY_BYTES, slot_save_path: Optional[str] = None, model=None,
           log_level: str = "info", prefill_chunk: Optional[int] = None, sockets=None, api_keys=None,
-          cors_origins=None):
+          cors_origins=None, body_timeout: float = BODY_TIMEOUT_S):
     """Load the model, start the engine and run uvicorn until interrupted. `sockets`: ones
     listen_sockets() bound already (they are closed on return), else host:port is bound first."""
     import os
@@ -1009,7 +1019,8 @@ def serve(model_path, *, host: str = "127.0.0.1", port: int = 8080, parallel: in
             if slot_save_path is not None:
                 os.makedirs(slot_save_path, exist_ok=True)
             app = create_app(engine, name, template, n_keep=n_keep, max_body_bytes=max_body_bytes,
-                             slot_save_path=slot_save_path, api_keys=api_keys, cors_origins=cors_origins)
+                             slot_save_path=slot_save_path, api_keys=api_keys, cors_origins=cors_origins,
+                             body_timeout=body_timeout)
             log.info("llmrt: serving %s on http://%s:%d (%d slots of %d cells, n_keep %s%s)", name,
                      host, socks[0].getsockname()[1], parallel, ctx, n_keep,
                      f", {len(api_keys)} API key{'s' if len(api_keys) > 1 else ''}" if api_keys else

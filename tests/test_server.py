@@ -96,7 +96,7 @@ def small_server(tmp_path_factory):
     """One slot, one queue place, a small context: the queue bound and the streaming cache."""
     d = tmp_path_factory.mktemp("serve1")
     s = Server(d, "-np", "1", "-c", "96", "--max-queue", "1", "--timeout", "30",
-               "--slot-save-path", str(d / "slots"))
+               "--slot-save-path", str(d / "slots"), "--body-timeout", "1")
     s.slot_dir = d / "slots"
     yield s
     s.stop()
@@ -501,6 +501,19 @@ def test_a_client_that_leaves_while_sending_its_body_is_not_an_internal_error(se
     new = server.log.read_text()[len(before):]
     assert "internal error" not in new and "Traceback" not in new
     assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+
+
+def test_a_body_that_stalls_is_a_408(small_server):
+    """A client that sends half a body and then nothing (slowloris) is answered 408 after
+    --body-timeout (1 s here) instead of holding its connection and handler forever."""
+    with socket.create_connection(("127.0.0.1", small_server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+        t0 = time.monotonic()
+        reply = s.recv(4096)
+        waited = time.monotonic() - t0
+    assert reply.startswith(b"HTTP/1.1 408") and b"no part of the request body arrived for 1 s" in reply
+    assert 0.9 <= waited < 10
+    assert small_server.health()["status"] == "ok"
 
 
 def test_conversation_longer_than_the_context(small_server):
