@@ -50,6 +50,7 @@ log = logging.getLogger("llmrt")
 MAX_BODY_BYTES = 4 << 20         # default --max-body-bytes
 MAX_STOP = 16                    # stop strings per request
 MAX_PROMPTS = 64                 # prompts per completions request (one choice each)
+MAX_N = 16                       # choices per prompt ('n')
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 SAMPLING_DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05}
 
@@ -187,7 +188,9 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     so = _opt_type(body, "stream_options", dict, "an object")
     if so is not None:
         _opt_type(so, "include_usage", bool, "a boolean")
-    _num(body, "n", 1, 1, default=1, integer=True)      # one choice per request
+    n = _num(body, "n", 1, MAX_N, default=1, integer=True)     # choices per prompt
+    if n > 1 and body.get("stream"):
+        raise APIError(400, "'n' > 1 is not streamed: send it without stream", param="n")
     echo = _opt_type(body, "echo", bool, "a boolean")
     if chat and echo:
         raise APIError(400, "'echo' is a completions field (chat answers never repeat the messages)",
@@ -229,6 +232,8 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     if keep is not None:
         kw["n_keep"] = keep
     _opt_type(body, "user", str, "a string")
+    if n > 1:
+        kw["n"] = n
     lp = parse_logprobs(body, chat)
     if lp is not None:
         kw["logprobs"] = lp
@@ -579,8 +584,20 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         return text, lpf([TokenLogprob(ids[0], None, ())] + list(req.prompt_logprobs))
 
     async def run(request: Request, prompts: list, kw: dict, body: dict, chat: bool):
-        """Serve one request: prompts, a list of id lists (several only from /v1/completions:
-        one choice each, decoded side by side in the slots)."""
+        """Serve one request: prompts, a list of id lists (several only from /v1/completions),
+        each answered kw["n"] times (default once): the choices, prompt by prompt, decoded side
+        by side in the slots. Choice j of a prompt samples with seed + j when a seed is given."""
+        kw = dict(kw)
+        n = kw.pop("n", 1)
+        if n > 1 or len(prompts) > 1:
+            if len(prompts) * n > MAX_PROMPTS:
+                raise APIError(400, f"{len(prompts)} prompts x n = {n} asks for {len(prompts) * n} choices, "
+                                    f"at most {MAX_PROMPTS}", param="n")
+            seed = kw.get("seed")
+            runs = [(ids, j) for ids in prompts for j in range(n)]
+        else:
+            runs = [(prompts[0], 0)]
+            seed = None
         stream = bool(body.get("stream"))
         if stream and len(prompts) > 1:
             raise APIError(400, "a streamed request takes one prompt (send several prompts without "
@@ -592,8 +609,9 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         aq: asyncio.Queue = asyncio.Queue()
         reqs = []
         try:
-            for i, ids in enumerate(prompts):
-                reqs.append(submit(ids, kw, conversation if len(prompts) == 1 else None, loop, aq, i))
+            for i, (ids, j) in enumerate(runs):
+                kw_i = dict(kw, seed=seed + j) if seed is not None and j else kw
+                reqs.append(submit(ids, kw_i, conversation if len(runs) == 1 else None, loop, aq, i))
         except APIError:                # (e.g. the queue is full: none of them is served)
             for r in reqs:
                 r.cancel()

@@ -321,6 +321,25 @@ def test_several_prompts_one_choice_each(server):
     assert r.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
 
 
+def test_n_choices(server):
+    """'n': that many choices per prompt, decoded side by side; choice j samples with seed + j
+    (the same request again gives the same choices; greedy ones are all equal); completions with
+    several prompts give prompt x n choices, prompt by prompt."""
+    kw = dict(model="x", messages=MSG, max_tokens=12, temperature=1.2, seed=5, n=3)
+    a = server.client.chat.completions.create(**kw)
+    b = server.client.chat.completions.create(**kw)
+    texts = [c.message.content for c in a.choices]
+    assert [c.index for c in a.choices] == [0, 1, 2] and texts == [c.message.content for c in b.choices]
+    assert len(set(texts)) > 1 and a.usage.completion_tokens == sum(
+        server.client.chat.completions.create(**dict(kw, n=1, seed=5 + j)).usage.completion_tokens for j in range(3))
+    assert texts[1] == server.client.chat.completions.create(**dict(kw, n=1, seed=6)).choices[0].message.content
+    g = server.client.chat.completions.create(model="x", messages=MSG, max_tokens=8, temperature=0, n=2)
+    assert g.choices[0].message.content == g.choices[1].message.content
+    c = server.client.completions.create(model="x", prompt=["1, 2,", "a, b,"], max_tokens=4, temperature=0, n=2)
+    assert [x.index for x in c.choices] == [0, 1, 2, 3]
+    assert c.choices[0].text == c.choices[1].text != c.choices[2].text == c.choices[3].text
+
+
 def test_special_token_texts_in_a_completion_prompt_are_tokens(server):
     """As llama-server and vLLM read a prompt: "<|im_start|>" is one token (lm-evaluation-harness
     counts it so; it was split into 7 pieces and its scores silently shifted)."""
@@ -567,7 +586,8 @@ BAD = [
     (json.dumps({"messages": MSG, "top_p": 0}).encode(), 400, "top_p"),
     (json.dumps({"messages": MSG, "stop": [1]}).encode(), 400, "stop"),
     (json.dumps({"messages": MSG, "stream": "yes"}).encode(), 400, "stream"),
-    (json.dumps({"messages": MSG, "n": 2}).encode(), 400, "'n'"),
+    (json.dumps({"messages": MSG, "n": 17}).encode(), 400, "'n' must be in [1, 16]"),
+    (json.dumps({"messages": MSG, "n": 2, "stream": True}).encode(), 400, "'n' > 1 is not streamed"),
     (json.dumps({"messages": MSG, "seed": True}).encode(), 400, "seed"),
     (json.dumps({"messages": MSG, "logprobs": 3}).encode(), 400, "'logprobs' must be a boolean"),
     (json.dumps({"messages": MSG, "top_logprobs": 2}).encode(), 400, "'top_logprobs' needs 'logprobs': true"),
