@@ -666,11 +666,13 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                                 "logprobs": lp, "finish_reason": fr} if chat else
                                {"index": i, "text": text, "logprobs": lp, "finish_reason": fr})
             usage = _usage(reqs[0])
-            for r in reqs[1:]:
+            for r, (_, j) in zip(reqs[1:], runs[1:]):   # (a prompt's tokens count once, as OpenAI's n)
                 u = _usage(r)
-                for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
-                    usage[k] += u[k]
-                usage["prompt_tokens_details"]["cached_tokens"] += u["prompt_tokens_details"]["cached_tokens"]
+                usage["completion_tokens"] += u["completion_tokens"]
+                if j == 0:
+                    usage["prompt_tokens"] += u["prompt_tokens"]
+                    usage["prompt_tokens_details"]["cached_tokens"] += u["prompt_tokens_details"]["cached_tokens"]
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             return {"id": rid, "object": obj, "created": int(time.time()), "model": name,
                     "system_fingerprint": "llmrt", "choices": choices, "usage": usage}
 

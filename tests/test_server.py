@@ -335,6 +335,9 @@ def test_n_choices(server):
     assert texts[1] == server.client.chat.completions.create(**dict(kw, n=1, seed=6)).choices[0].message.content
     g = server.client.chat.completions.create(model="x", messages=MSG, max_tokens=8, temperature=0, n=2)
     assert g.choices[0].message.content == g.choices[1].message.content
+    one = server.client.chat.completions.create(model="x", messages=MSG, max_tokens=8, temperature=0)
+    assert g.usage.prompt_tokens == one.usage.prompt_tokens                  # the prompt counts once
+    assert g.usage.completion_tokens == 2 * one.usage.completion_tokens
     c = server.client.completions.create(model="x", prompt=["1, 2,", "a, b,"], max_tokens=4, temperature=0, n=2)
     assert [x.index for x in c.choices] == [0, 1, 2, 3]
     assert c.choices[0].text == c.choices[1].text != c.choices[2].text == c.choices[3].text
