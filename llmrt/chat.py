@@ -335,9 +335,7 @@ class ChatSession:
         self.template = (template if isinstance(template, ChatTemplate)
                          else ChatTemplate.for_model(model, template))
         self.system = system
-        self.sampler = make_sampler(**sampling)
-        if getattr(model, "n_vocab", None) is not None and hasattr(self.sampler, "check_vocab"):
-            self.sampler.check_vocab(model.n_vocab)      # a logit_bias id past the vocabulary
+        self.sampler = make_sampler(n_vocab=getattr(model, "n_vocab", None), **sampling)
         if n_keep != "auto" and (isinstance(n_keep, bool) or not isinstance(n_keep, int)):
             raise ValueError(f"[chat] n_keep must be an integer or 'auto', got {n_keep!r}")
         if session is None:

@@ -455,7 +455,7 @@ def _apply_given_options(cs, *, n_predict, ignore_eos, sampling):
     if "ignore_eos" in given:
         cs.ignore_eos = ignore_eos
     if given & set(sampling):
-        cs.sampler = make_sampler(**sampling).check_vocab(cs.model.n_vocab)
+        cs.sampler = make_sampler(n_vocab=cs.model.n_vocab, **sampling)
     sess = cs.session
     kept = {"system": cs.system, "ctx_size": sess.n_ctx, "n_discard": getattr(sess, "n_discard", None),
             "kv_mode": getattr(sess, "kv_mode", None), "n_keep": cs.n_keep}
@@ -569,7 +569,7 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
     else:
         utf8_text(prompt, "-p PROMPT")
     m = _load_model(model, threads, ctx_size, wq)
-    sampler = make_sampler(**sampling).check_vocab(m.n_vocab)    # (before the prompt runs)
+    sampler = make_sampler(n_vocab=m.n_vocab, **sampling)    # (checked before the prompt runs)
     _log(f"sampling: {sampler!r}")
     ids = m.tokenizer.encode(prompt, add_special=True, parse_special=True)
     keep = _parse_keep(n_keep, 4)

@@ -392,9 +392,7 @@ class Engine:
             raise TypeError(f"logprobs must be an integer (or None), got {logprobs!r}")
         if logprobs is not None and not 0 <= int(logprobs) <= MAX_TOP_LOGPROBS:
             raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {logprobs}")
-        sampler = make_sampler(sampler, do_sample, **sampling)
-        if hasattr(sampler, "check_vocab"):
-            sampler.check_vocab(self.model.n_vocab)
+        sampler = make_sampler(sampler, do_sample, self.model.n_vocab, **sampling)
         req = Request(ids, sampler, None if max_tokens < 0 else max_tokens, stop, bool(ignore_eos),
                       conversation, None if n_keep is None else int(n_keep),
                       None if logprobs is None else int(logprobs), bool(prompt_logprobs))

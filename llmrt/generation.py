@@ -79,19 +79,24 @@ def stop_strings(stop) -> list:
 
 
 def make_sampler(sampler: Sampler | None = None, do_sample: bool | None = None,
-                 **params) -> Sampler:
-    """A Sampler from keyword parameters (llama.cpp names; HF's do_sample=False is greedy)."""
+                 n_vocab: int | None = None, **params) -> Sampler:
+    """A Sampler from keyword parameters (llama.cpp names; HF's do_sample=False is greedy).
+    n_vocab: the model's vocabulary, checked now (Sampler.check_vocab: a logit_bias id past it,
+    or a ban of all of it, is a ValueError before any prompt runs)."""
     unknown = set(params) - set(_SAMPLING_KEYS)
     if unknown:
         raise TypeError(f"unknown sampling parameter(s): {', '.join(sorted(unknown))}")
     if sampler is not None:
         if params or do_sample is not None:
             raise TypeError("pass either `sampler` or sampling parameters, not both")
-        return sampler
-    params = {k: v for k, v in params.items() if v is not None or k == "seed"}
-    if do_sample is not None and not do_sample:     # False, 0: greedy
-        params["temperature"] = 0.0
-    return Sampler(**params)
+    else:
+        params = {k: v for k, v in params.items() if v is not None or k == "seed"}
+        if do_sample is not None and not do_sample:     # False, 0: greedy
+            params["temperature"] = 0.0
+        sampler = Sampler(**params)
+    if n_vocab is not None and hasattr(sampler, "check_vocab"):     # (a caller's own may not)
+        sampler.check_vocab(n_vocab)
+    return sampler
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -313,10 +318,8 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
     prefix is reused. Pass a GenerationResult as `result` to get the text and finish reason."""
     try:
         stop = stop_strings(stop)
-        sampler = make_sampler(sampler, do_sample, **sampling)
-        n_vocab = getattr(getattr(session, "model", None), "n_vocab", None)
-        if n_vocab is not None and hasattr(sampler, "check_vocab"):
-            sampler.check_vocab(n_vocab)    # before the prompt is evaluated
+        sampler = make_sampler(sampler, do_sample, getattr(getattr(session, "model", None), "n_vocab", None),
+                               **sampling)
         _token_limit(max_new_tokens)    # checked before the prompt is evaluated
         prompt_ids = id_list(prompt_ids)
         logits = _prefill(session, prompt_ids)
