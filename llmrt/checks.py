@@ -1,14 +1,26 @@
 """Checks of values that come from users and files, shared by the API, the loaders and the
 session / chat file readers (no imports from the rest of llmrt, so anything can import it)."""
+import re
+
 import numpy as np
 
 C_INT_MAX = 2**31 - 1   # sizes, counts, positions and context lengths end up in C ints
+_ID_TEXT = re.compile(r"\s*([0-9]+)\s*", re.ASCII)
 
 
 def is_int(v, lo=None, hi=None) -> bool:
     """v is an integer (Python or numpy; not a bool, not 32.0) within [lo, hi] (None: open)."""
     return (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
             and (lo is None or v >= lo) and (hi is None or v <= hi))
+
+
+def id_text(v):
+    """A token id written as text (a JSON object's key: ASCII digits, spaces around) -> its int,
+    else None. Past 30 digits C_INT_MAX + 1 (out of any vocabulary), not a 4000-digit int."""
+    m = _ID_TEXT.fullmatch(v) if isinstance(v, str) else None
+    if m is None:
+        return None
+    return int(m.group(1)) if len(m.group(1)) <= 30 else C_INT_MAX + 1
 
 
 def is_number(v) -> bool:

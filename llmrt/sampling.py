@@ -31,12 +31,11 @@ std::mt19937 stream.
 """
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 import numpy as np
 
-from llmrt.checks import C_INT_MAX, is_int, is_number
+from llmrt.checks import C_INT_MAX, id_text, is_int, is_number
 
 _TOP_P_FAST = 256     # top_p without top_k: look at this many most probable tokens first
 _TOP_P_FAST_MIN = 1024   # ... when there are more candidates than this
@@ -174,9 +173,6 @@ class Sampler:
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
-_ID_TEXT = re.compile(r"\s*[0-9]{1,10}\s*", re.ASCII)     # a token id in a JSON object's key
-
-
 def _check_logit_bias(bias) -> dict:
     """{id: bias} from a dict (int or decimal-string ids, as OpenAI's JSON has them) or pairs
     [(id, bias), ...]: ids >= 0, biases numbers (finite, or -inf: a ban)."""
@@ -186,8 +182,8 @@ def _check_logit_bias(bias) -> dict:
     out: dict[int, float] = {}
     try:
         for k, v in items:
-            if isinstance(k, str) and _ID_TEXT.fullmatch(k):
-                k = int(k)
+            if (i := id_text(k)) is not None:      # ("5": a JSON key)
+                k = i
             if not is_int(k, 0, C_INT_MAX):
                 raise ValueError(f"[Sampler] logit_bias keys must be token ids (integers >= 0), got {k!r}")
             if not is_number(v) or v != v or v == np.inf:

@@ -36,14 +36,13 @@ import json
 import logging
 import math
 import os
-import re
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Optional
 
 from llmrt import __version__
-from llmrt.checks import is_int, is_number
+from llmrt.checks import id_text, is_int, is_number
 
 log = logging.getLogger("llmrt")
 
@@ -159,8 +158,8 @@ def parse_logit_bias(body: dict, n_vocab: int, tokenizer=None) -> Optional[dict]
         elif not (is_number(b) and -100 <= b <= 100):
             raise APIError(400, f"logit_bias[{k!r}] must be a number in [-100, 100] (or false: banned), "
                                 f"got {b!r}", param="logit_bias")
-        if isinstance(k, str) and not as_list and re.fullmatch(r"\s*[0-9]+\s*", k, re.ASCII):
-            ids = [int(k) if len(k) <= 30 else -1]      # (-1: out of range, below)
+        if not as_list and (i := id_text(k)) is not None:
+            ids = [i]
         elif is_int(k):
             ids = [k]
         elif isinstance(k, str) and 0 < len(k) <= 1000 and tokenizer is not None:
