@@ -588,15 +588,11 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         by side in the slots. Choice j of a prompt samples with seed + j when a seed is given."""
         kw = dict(kw)
         n = kw.pop("n", 1)
-        if n > 1 or len(prompts) > 1:
-            if len(prompts) * n > MAX_PROMPTS:
-                raise APIError(400, f"{len(prompts)} prompts x n = {n} asks for {len(prompts) * n} choices, "
-                                    f"at most {MAX_PROMPTS}", param="n")
-            seed = kw.get("seed")
-            runs = [(ids, j) for ids in prompts for j in range(n)]
-        else:
-            runs = [(prompts[0], 0)]
-            seed = None
+        if len(prompts) * n > MAX_PROMPTS:
+            raise APIError(400, f"{len(prompts)} prompts x n = {n} asks for {len(prompts) * n} choices, "
+                                f"at most {MAX_PROMPTS}", param="n")
+        runs = [(ids, j) for ids in prompts for j in range(n)]     # (prompt ids, choice j of it)
+        seed = kw.get("seed")
         stream = bool(body.get("stream"))
         if stream and len(prompts) > 1:
             raise APIError(400, "a streamed request takes one prompt (send several prompts without "
@@ -620,7 +616,6 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         obj = "chat.completion" if chat else "text_completion"
         name = model_name
         logprobs = kw.get("logprobs") is not None
-        lpf = LogprobsFormat(tok, chat) if logprobs else None
         echo = not chat and body.get("echo") is True
 
         if not stream:
@@ -677,6 +672,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
 
         chunk_obj = "chat.completion.chunk" if chat else "text_completion"
         created_s = int(time.time())
+        lpf = LogprobsFormat(tok, chat) if logprobs else None
 
         def chunk(delta: Optional[dict], text: Optional[str], fr: Optional[str],
                   logprobs: Optional[dict] = None) -> str:
