@@ -52,6 +52,19 @@ def _answers(page):
     return page.locator('.msg[data-role="assistant"]')
 
 
+def _setting(page, field, value):
+    """A settings field filled and left with Tab (its change event)."""
+    page.fill(field, value)
+    page.locator(field).press("Tab")
+
+
+def _send(page, text):
+    """A message typed into the input and sent with Enter."""
+    page.focus("#input")
+    page.keyboard.type(text)
+    page.keyboard.press("Enter")
+
+
 def test_chat_page_streams_stops_and_reloads(browser_page):
     server, page = browser_page
     page.goto(server.url + "/")
@@ -59,15 +72,11 @@ def test_chat_page_streams_stops_and_reloads(browser_page):
     assert page.title() == "llmrt chat"
     # settings: a system prompt and the temperature, with the keyboard
     page.click("summary")
-    page.fill("#system", "You are a helpful assistant.")
-    page.locator("#system").press("Tab")
-    page.fill("#temperature", "0")
-    page.locator("#temperature").press("Tab")
+    _setting(page, "#system", "You are a helpful assistant.")
+    _setting(page, "#temperature", "0")
 
     # a message sent with Enter: the answer grows piece by piece
-    page.focus("#input")
-    page.keyboard.type("Write a short poem about the sea.")
-    page.keyboard.press("Enter")
+    _send(page, "Write a short poem about the sea.")
     page.wait_for_function("document.body.dataset.state === 'streaming'")
     seen = set()
     t0 = time.monotonic()
@@ -84,11 +93,8 @@ def test_chat_page_streams_stops_and_reloads(browser_page):
     assert page.locator('.msg[data-role="user"]').count() == 1
 
     # a long answer stopped mid-way with Escape: marked stopped, the slot is free again
-    page.fill("#max-tokens", "2000")
-    page.locator("#max-tokens").press("Tab")
-    page.focus("#input")
-    page.keyboard.type("Now tell me a very long story about a lighthouse keeper.")
-    page.keyboard.press("Enter")
+    _setting(page, "#max-tokens", "2000")
+    _send(page, "Now tell me a very long story about a lighthouse keeper.")
     page.wait_for_function("document.querySelectorAll('.msg[data-role=assistant]')[1]"
                            "?.innerText.length > 40")
     page.keyboard.press("Escape")
@@ -143,11 +149,8 @@ def test_chat_page_asks_for_the_api_key(browser_page, tmp_path):
         page.wait_for_function("document.getElementById('model').textContent.endsWith('.gguf')")
         page.evaluate("localStorage.clear()")
         page.click("summary")
-        page.fill("#max-tokens", "8")
-        page.locator("#max-tokens").press("Tab")
-        page.focus("#input")
-        page.keyboard.type("Hello!")
-        page.keyboard.press("Enter")
+        _setting(page, "#max-tokens", "8")
+        _send(page, "Hello!")
         page.wait_for_function("document.querySelectorAll('.msg[data-role=assistant]').length === 1 && "
                                "document.body.dataset.state === 'idle'")
         assert asked == ["This server needs an API key:"]
