@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from llmrt.checks import read_utf8
-from llmrt.generation import (GenerationResult, _common_prefix, _prefill_from, decode,
+from llmrt.generation import (GenerationResult, _common_prefix, _prefill_from, decode, json_constraint,
                               make_sampler, stop_strings)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
@@ -462,13 +462,16 @@ class ChatSession:
         cs._n_past_after = c["n_past_after"]
         return cs
 
-    def send(self, user_text: str, streamer=None, max_new_tokens: int | None = None) -> str:
+    def send(self, user_text: str, streamer=None, max_new_tokens: int | None = None,
+             response_format=None) -> str:
         """Add a user turn, generate the answer (until an end-of-generation token), return its
         text. The streamer gets the newly evaluated prompt ids first, then the answer.
+        response_format {"type": "json_object"}: this answer is one JSON object (JSON mode).
         KeyboardInterrupt stops the answer: what was generated is kept in the conversation and
         the interrupt is re-raised."""
         with contextlib.ExitStack() as held:
             try:            # the streamer is ended on every failure (decode ends it after this)
+                constraint = json_constraint(response_format, self.tokenizer)
                 hold = getattr(self.session, "hold", None)
                 if hold is not None:        # the session is this turn's (Session.hold)
                     held.enter_context(hold())
@@ -491,7 +494,7 @@ class ChatSession:
             try:
                 decode(self.session, logits, self.tokenizer, self.sampler, list(ids),
                        streamer=streamer, max_new_tokens=limit, stop=self.stop, result=res,
-                       ignore_eos=self.ignore_eos)
+                       ignore_eos=self.ignore_eos, constraint=constraint)
                 self._hist = ids + res.ids[:res.n_eval]
                 self._n_past_after = getattr(self.session, "n_past", None)
             finally:

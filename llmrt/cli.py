@@ -548,16 +548,18 @@ def _new_session(m, n_keep, n_discard, kv_mode):
 @click.option("--ignore-eos", is_flag=True, help="Do not stop at end-of-generation tokens.")
 @click.option("--stop", multiple=True, metavar="TEXT",
               help="Stop before this text (repeatable); it is not printed.")
+@click.option("--json", "json_mode", is_flag=True,
+              help="JSON mode: the continuation is one JSON object (it ends where the object closes).")
 @_cache_options
 @_sampling_options
 @_wq_options
 @friendly_errors
-def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_discard, kv_mode,
+def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, json_mode, n_keep, n_discard, kv_mode,
              threads, ctx_size, wq, **sampling):
     """Continue a prompt (-p PROMPT or -f FILE) with MODEL and stream the continuation."""
     import time
 
-    from llmrt.generation import decode, make_sampler, prefill
+    from llmrt.generation import decode, json_constraint, make_sampler, prefill
     from llmrt.model import N_BATCH
     from llmrt.progress import Progress
     from llmrt.streamers import TextStreamer
@@ -587,7 +589,8 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, n_keep, n_
     t1 = time.perf_counter()
     streamer.put(ids)
     res = decode(sess, logits, m.tokenizer, sampler, list(ids), streamer=streamer,
-                 max_new_tokens=n_predict, stop=stop, ignore_eos=ignore_eos)   # Ctrl-C: 130
+                 max_new_tokens=n_predict, stop=stop, ignore_eos=ignore_eos,   # Ctrl-C: 130
+                 constraint=json_constraint({"type": "json_object"} if json_mode else None, m.tokenizer))
     t2 = time.perf_counter()
     n = len(res.ids)
     _log(f"prompt {len(ids)} tokens in {t1 - t0:.2f} s ({len(ids) / max(t1 - t0, 1e-9):.1f} t/s), "

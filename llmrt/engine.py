@@ -59,7 +59,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from llmrt.checks import is_int
-from llmrt.generation import _common_prefix, _Release, make_sampler, stop_strings
+from llmrt.generation import _common_prefix, _Release, json_constraint, make_sampler, stop_strings
 from llmrt.model import N_BATCH
 
 log = logging.getLogger("llmrt")
@@ -156,6 +156,7 @@ class Request:
         self.conversation = conversation
         self.n_keep = n_keep
         self.ids: list = []                 # generated ids (the end-of-generation id included)
+        self.constraint = None              # JSON mode: a llmrt.jsonmode.JsonConstraint
         # logprobs: None (not asked), else one TokenLogprob per generated token with top_logprobs
         # alternatives each (an ending end-of-generation id has none: it is no output)
         self.top_logprobs = top_logprobs
@@ -352,7 +353,7 @@ class Engine:
                ignore_eos: bool = False, conversation: Optional[str] = None,
                n_keep: Optional[int] = None, on_event=None, sampler=None,
                do_sample: Optional[bool] = None, logprobs: Optional[int] = None,
-               prompt_logprobs: bool = False, **sampling) -> Request:
+               prompt_logprobs: bool = False, response_format=None, **sampling) -> Request:
         """Queue a generation. prompt: token ids, or text (encoded with BOS as Model.generate).
         max_tokens: None for the engine's n_predict. sampling: temperature, top_k, top_p, min_p,
         repeat_penalty, repeat_last_n, seed, frequency_penalty, presence_penalty, logit_bias (Sampler).
@@ -362,7 +363,8 @@ class Engine:
         and its k most likely alternatives (Request.logprobs, and "logprobs" events).
         prompt_logprobs (needs logprobs): also every prompt id's after the first
         (Request.prompt_logprobs; what OpenAI's echo + logprobs scores); max_tokens=0 then scores
-        the prompt alone."""
+        the prompt alone. response_format: {"type": "json_object"}: the output is one JSON object
+        (JSON mode, llmrt.jsonmode; the request ends with "stop" when it closes)."""
         if self._closing:
             raise RuntimeError("the engine is closed")
         if on_event is not None and not callable(on_event):
@@ -393,9 +395,11 @@ class Engine:
         if logprobs is not None and not 0 <= int(logprobs) <= MAX_TOP_LOGPROBS:
             raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {logprobs}")
         sampler = make_sampler(sampler, do_sample, self.model.n_vocab, **sampling)
+        constraint = json_constraint(response_format, self.tokenizer)
         req = Request(ids, sampler, None if max_tokens < 0 else max_tokens, stop, bool(ignore_eos),
                       conversation, None if n_keep is None else int(n_keep),
                       None if logprobs is None else int(logprobs), bool(prompt_logprobs))
+        req.constraint = constraint
         req._engine = self
         req.on_event = on_event
         with self._cv:
@@ -819,7 +823,11 @@ class Engine:
             self._finish(s, "length")
             return
         try:
-            tok = req.sampler.sample(logits, s.prev_ids)
+            if req.constraint is None:
+                tok = req.sampler.sample(logits, s.prev_ids)
+            else:
+                tok = req.sampler.sample(logits, s.prev_ids, constraint=req.constraint)
+                req.constraint.accept(tok)
         except ValueError as e:         # e.g. non-finite logits: this request, not the step's others
             log.error("llmrt: request %d: %s", req.id, e)
             self._finish(s, "error", error=f"{type(e).__name__}: {e}")
@@ -842,6 +850,8 @@ class Engine:
         if hit:
             req.stop_matched = s.rel.matched
             self._finish(s, "stop")
+        elif req.constraint is not None and req.constraint.done:
+            self._finish(s, "stop")     # the JSON object closed (llama.cpp's grammar: only eog next)
         elif req.max_tokens is not None and len(req.ids) >= req.max_tokens:
             self._finish(s, "length")
         elif getattr(s.session, "kv_mode", None) == "none" and s.session.n_past >= s.session.n_ctx:

@@ -254,10 +254,13 @@ def _token_limit(max_new_tokens) -> int:
 
 def decode(session, logits: np.ndarray, tokenizer, sampler: Sampler, prev_ids: list[int], *,
            streamer=None, max_new_tokens: int | None = 256, stop: Sequence[str] = (),
-           ignore_eos: bool = False, result: GenerationResult | None = None) -> GenerationResult:
+           ignore_eos: bool = False, result: GenerationResult | None = None,
+           constraint=None) -> GenerationResult:
     """Sample until eog, a stop string or max_new_tokens (None or < 0: no limit), starting from
     `logits` of the last prompt id. `prev_ids` (prompt ids; the new ids are appended to it) feeds
     the repeat penalty. Fills `result` as it goes; `streamer.end()` is always called.
+    constraint (llmrt.jsonmode.JsonConstraint): every id keeps the output valid, and generation
+    ends (finish "eog") when the constraint is done: the JSON object closed.
 
     KeyboardInterrupt: the result is finalized (finish_reason "interrupted", pending text
     released, streamer ended) and the interrupt is re-raised."""
@@ -273,7 +276,11 @@ def decode(session, logits: np.ndarray, tokenizer, sampler: Sampler, prev_ids: l
     res.finish_reason = "length"
     try:
         while limit < 0 or len(res.ids) < limit:
-            tok = sampler.sample(logits, prev_ids)
+            if constraint is None:
+                tok = sampler.sample(logits, prev_ids)
+            else:
+                tok = sampler.sample(logits, prev_ids, constraint=constraint)
+                constraint.accept(tok)
             res.ids.append(tok)
             prev_ids.append(tok)
             if tok in eog:
@@ -281,6 +288,9 @@ def decode(session, logits: np.ndarray, tokenizer, sampler: Sampler, prev_ids: l
                 break
             if rel.push(tok):
                 res.finish_reason, res.stop = "stop", rel.matched
+                break
+            if constraint is not None and constraint.done:
+                res.finish_reason = "eog"       # (llama.cpp's grammar allows only eog from here)
                 break
             if len(res.ids) == limit:
                 break               # the last id need not be evaluated
@@ -310,14 +320,17 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
              max_new_tokens: int | None = 256, sampler: Sampler | None = None,
              stop: Sequence[str] | str = (), ignore_eos: bool = False,
              do_sample: bool | None = None, result: GenerationResult | None = None,
-             **sampling) -> list[int]:
+             response_format=None, **sampling) -> list[int]:
     """Generate a continuation of `prompt_ids`; returns prompt_ids + new ids.
 
     sampling: temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed,
     frequency_penalty, presence_penalty, logit_bias (see Sampler), or a ready `sampler`. The session's cached
-    prefix is reused. Pass a GenerationResult as `result` to get the text and finish reason."""
+    prefix is reused. Pass a GenerationResult as `result` to get the text and finish reason.
+    response_format: {"type": "json_object"} constrains the output to one JSON object (JSON mode,
+    llmrt.jsonmode), {"type": "text"} or None leaves it free."""
     try:
         stop = stop_strings(stop)
+        constraint = json_constraint(response_format, tokenizer)
         sampler = make_sampler(sampler, do_sample, getattr(getattr(session, "model", None), "n_vocab", None),
                                **sampling)
         _token_limit(max_new_tokens)    # checked before the prompt is evaluated
@@ -330,5 +343,18 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
             streamer.end()
         raise
     res = decode(session, logits, tokenizer, sampler, list(prompt_ids), streamer=streamer,
-                 max_new_tokens=max_new_tokens, stop=stop, ignore_eos=ignore_eos, result=result)
+                 max_new_tokens=max_new_tokens, stop=stop, ignore_eos=ignore_eos, result=result,
+                 constraint=constraint)
     return prompt_ids + res.ids
+
+
+def json_constraint(response_format, tokenizer):
+    """A fresh JsonConstraint for response_format {"type": "json_object"}, None for plain text
+    (None or {"type": "text"}); ValueError for any other value, or JSON mode without a tokenizer."""
+    from llmrt.jsonmode import JsonConstraint, response_format_json
+
+    if not response_format_json(response_format):
+        return None
+    if tokenizer is None:
+        raise ValueError("response_format json_object needs the model's tokenizer (the tokens' text)")
+    return JsonConstraint(tokenizer)

@@ -655,7 +655,7 @@ class Model:
                  ctx_size: Optional[int] = None, do_sample: Optional[bool] = None,
                  n_keep: Optional[int] = None, n_discard: Optional[int] = None,
                  kv_mode: Optional[str] = None, session: Optional[Session] = None,
-                 logit_bias=None) -> List[int]:
+                 logit_bias=None, response_format=None) -> List[int]:
         """Generate after a prompt (ids, or text encoded with the model's tokenizer). Returns the
         prompt ids followed by the new ids (Hugging Face convention). temperature=0 is greedy.
 
@@ -665,7 +665,9 @@ class Model:
         error (set them on the session).
         max_new_tokens=-1 (or None) generates until an end-of-generation token, forever with
         ignore_eos=True. `session` (optional) is the Session to run on, to inspect afterwards.
-        logit_bias: {token id: bias} added to those logits before sampling (-inf bans a token)."""
+        logit_bias: {token id: bias} added to those logits before sampling (-inf bans a token).
+        response_format: {"type": "json_object"} makes the output one JSON object (JSON mode: it
+        ends when the object closes; llmrt.jsonmode), None or {"type": "text"} free text."""
         from llmrt.generation import generate, stop_strings
 
         with contextlib.ExitStack() as held:
@@ -703,4 +705,4 @@ class Model:
                             max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                             top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
                             repeat_last_n=repeat_last_n, seed=seed, stop=stop, ignore_eos=ignore_eos,
-                            logit_bias=logit_bias)
+                            logit_bias=logit_bias, response_format=response_format)

@@ -141,8 +141,12 @@ class Sampler:
         out[ids] = np.clip(v, -_F32_MAX, _F32_MAX)
         return out
 
-    def sample(self, logits, prev_ids: Sequence[int] = ()) -> int:
-        """One token id from `logits` ([n_vocab]) given the ids seen so far (prompt + output)."""
+    def sample(self, logits, prev_ids: Sequence[int] = (), constraint=None) -> int:
+        """One token id from `logits` ([n_vocab]) given the ids seen so far (prompt + output).
+        constraint (e.g. llmrt.jsonmode.JsonConstraint): as llama.cpp's grammar sampler, the chain
+        picks from the unconstrained logits first; if `constraint.allows` refuses that id, the
+        logits are masked (`constraint.mask`: refused ids at -inf) and the chain runs again (one
+        more draw). The caller advances the constraint with the id returned."""
         x = np.asarray(logits, dtype=np.float32)
         if x.ndim != 1 or x.shape[0] == 0:
             raise ValueError(f"[Sampler.sample] logits must be 1-D and non-empty, got shape "
@@ -153,6 +157,13 @@ class Sampler:
                              "model's weights or activations are broken (a corrupt file?), nothing "
                              "can be sampled")
         x = self.apply_penalties(self.apply_logit_bias(x), prev_ids)
+        tok = self._choose(x)
+        if constraint is None or constraint.allows(tok):
+            return tok
+        return self._choose(constraint.mask(x, 1 if self.greedy else max(self.top_k, 0)))
+
+    def _choose(self, x: np.ndarray) -> int:
+        """The chain after the penalties: top_k, top_p, min_p, temperature, dist (or the argmax)."""
         if self.greedy:
             return int(np.argmax(x))
         ids, lg = top_k_filter(x, self.top_k)          # ids: [m] int64, lg: [m] float32

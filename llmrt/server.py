@@ -43,6 +43,7 @@ from typing import Any, Optional
 
 from llmrt import __version__
 from llmrt.checks import id_text, is_int, is_number
+from llmrt.jsonmode import response_format_json, vocab_tables
 
 log = logging.getLogger("llmrt")
 
@@ -109,7 +110,8 @@ _UNSUPPORTED = (
     ("functions", lambda v: v == [], "no function calling"),
     ("tool_choice", lambda v: v in ("none", "auto"), "no tool calling"),   # (auto: with no tools,
     ("function_call", lambda v: v in ("none", "auto"), "no function calling"),   # none)
-    ("response_format", lambda v: v == {"type": "text"}, "plain text only: no JSON mode or schema"),
+    ("grammar", lambda v: v == "", "no GBNF grammars: response_format json_object gives JSON"),
+    ("json_schema", lambda v: False, "no JSON schemas: response_format json_object gives any JSON object"),
     ("suffix", lambda v: v == "", "no insertion after a suffix"),
     ("best_of", lambda v: v == 1, "one completion per request"),
 )
@@ -231,6 +233,11 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     if keep is not None:
         kw["n_keep"] = keep
     _opt_type(body, "user", str, "a string")
+    try:
+        if response_format_json(body.get("response_format")):
+            kw["response_format"] = {"type": "json_object"}
+    except ValueError as e:
+        raise APIError(400, str(e), param="response_format") from None
     if n > 1:
         kw["n"] = n
     lp = parse_logprobs(body, chat)
@@ -747,16 +754,26 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         n = auto_keep(tok, template, system, ids) if template is not None else 4
         return min(n, engine.n_ctx // 2)
 
+    async def common_kw(body: dict, chat: bool) -> dict:
+        """parse_common's engine arguments plus logit_bias (its texts tokenized) and, for JSON
+        mode, the tokenizer's tables made (once), both off the event loop."""
+        kw = parse_common(body, engine.n_ctx, chat=chat)
+        lb = await run_in_threadpool(parse_logit_bias, body, model.n_vocab, tok)
+        if lb:
+            kw["logit_bias"] = lb
+        if "response_format" in kw:
+            if tok is None:
+                raise APIError(400, "this model has no tokenizer: no JSON mode", param="response_format")
+            await run_in_threadpool(vocab_tables, tok)
+        return kw
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         if tok is None or template is None:
             raise APIError(400, "this model has no tokenizer or chat template: use /v1/completions "
                                 "with token ids")
         body = await read_json(request)
-        kw = parse_common(body, engine.n_ctx, chat=True)
-        lb = await run_in_threadpool(parse_logit_bias, body, model.n_vocab, tok)   # (text: tokenized)
-        if lb:
-            kw["logit_bias"] = lb
+        kw = await common_kw(body, chat=True)
         messages = parse_messages(body)
 
         def prompt_ids():
@@ -775,10 +792,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
     @app.post("/v1/completions")
     async def completions(request: Request):
         body = await read_json(request)
-        kw = parse_common(body, engine.n_ctx, chat=False)
-        lb = await run_in_threadpool(parse_logit_bias, body, model.n_vocab, tok)   # (text: tokenized)
-        if lb:
-            kw["logit_bias"] = lb
+        kw = await common_kw(body, chat=False)
         prompt = body.get("prompt")
         # one prompt (a string, or token ids), or several (a list of them: one choice each)
         several = isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt)

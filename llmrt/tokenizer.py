@@ -639,6 +639,11 @@ class Tokenizer:
         their text, unused tokens as b''."""
         return self._pieces[self._id(i)]
 
+    def piece_table(self) -> tuple[list, list]:
+        """(pieces, special): token_to_piece(i) and is_special(i) of every id i, as two lists
+        indexed by id (the tokenizer's own: read them, do not change them)."""
+        return self._pieces, self._hidden
+
     def is_special(self, i: int) -> bool:
         """True for control and unknown tokens: hidden by decode(skip_special=True) and only
         produced by encode(parse_special=True)."""

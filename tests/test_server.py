@@ -599,8 +599,11 @@ BAD = [
     (json.dumps({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}).encode(),
      400, "'tools' is not supported (no tool calling)"),
     (json.dumps({"messages": MSG, "tool_choice": "required"}).encode(), 400, "'tool_choice' is not supported"),
-    (json.dumps({"messages": MSG, "response_format": {"type": "json_object"}}).encode(), 400,
-     "'response_format' is not supported (plain text only"),
+    (json.dumps({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {}}}).encode(), 400,
+     "response_format json_schema is not supported"),
+    (json.dumps({"messages": MSG, "response_format": "json"}).encode(), 400, "response_format must be"),
+    (json.dumps({"messages": MSG, "grammar": "root ::= \"a\""}).encode(), 400, "'grammar' is not supported"),
+    (json.dumps({"messages": MSG, "json_schema": {}}).encode(), 400, "'json_schema' is not supported"),
     (json.dumps({"messages": MSG, "logit_bias": {"": 10}}).encode(), 400, "logit_bias: '' is not a token id"),
     (json.dumps({"messages": MSG, "logit_bias": {"5": 101}}).encode(), 400, "must be a number in [-100, 100]"),
     (json.dumps({"messages": MSG, "logit_bias": [[10 ** 7, 1]]}).encode(), 400, "is not a token id of this vocabulary"),
@@ -618,6 +621,39 @@ def test_bad_chat_requests(server, body, status, needle):
     assert r.status_code == status
     err = r.json()["error"]
     assert needle in err["message"] and err["type"] == "invalid_request_error"
+
+
+def test_json_mode(server):
+    """response_format json_object through the openai client: every answer parses as one JSON
+    object, streamed or not (the stream's pieces joined), sampled or greedy, and ends with "stop"
+    when the object closes; with max_tokens cut short it is a prefix of one (finish "length")."""
+    from llmrt.jsonmode import JsonState
+
+    msgs = [{"role": "user", "content": "Return a JSON object with keys name and age for a cat."}]
+    fmt = {"type": "json_object"}
+    ends = []
+    for seed in range(4):       # (a sampled answer may ramble inside a string until max_tokens:
+        r = server.client.chat.completions.create(model="m", messages=msgs, max_tokens=200, seed=seed,
+                                                  temperature=0.5, response_format=fmt)
+        c = r.choices[0]        # then it is still a prefix of one object)
+        assert JsonState().feed_bytes(c.message.content.encode()), c
+        if c.finish_reason == "stop":
+            assert isinstance(json.loads(c.message.content), dict)
+        ends.append(c.finish_reason)
+    assert set(ends) <= {"stop", "length"} and "stop" in ends, ends
+    r = server.client.chat.completions.create(model="m", messages=msgs, max_tokens=200, temperature=0,
+                                              response_format=fmt)
+    assert r.choices[0].finish_reason == "stop" and isinstance(json.loads(r.choices[0].message.content), dict)
+    r = server.client.completions.create(model="m", prompt="A user record as JSON:", max_tokens=200,
+                                         temperature=0, extra_body={"response_format": fmt})
+    text = r.choices[0].text
+    assert r.choices[0].finish_reason == "stop" and isinstance(json.loads(text), dict), text
+    parts = [ch.choices[0].delta.content or "" for ch in server.client.chat.completions.create(
+        model="m", messages=msgs, max_tokens=200, temperature=0, response_format=fmt, stream=True)]
+    assert isinstance(json.loads("".join(parts)), dict)
+    r = server.client.chat.completions.create(model="m", messages=msgs, max_tokens=3, temperature=0,
+                                              response_format=fmt)
+    assert r.choices[0].finish_reason == "length" and r.choices[0].message.content.startswith("{")
 
 
 def test_unsupported_fields_at_their_off_values_are_accepted(server):
