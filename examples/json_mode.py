@@ -1,11 +1,12 @@
-"""JSON mode: the answer is one JSON object, whatever the model would have said.
+"""JSON output: the answer is one JSON object, or JSON that a JSON Schema accepts.
 
     python examples/json_mode.py [MODEL]
 
 1. Model.generate with response_format={"type": "json_object"}: every token keeps the text a
    prefix of a valid JSON object, and generation ends where the object closes.
 2. The same question without it (the model's own choice of format).
-3. Over HTTP (llmrt serve): OpenAI's response_format, if a server runs at $LLMRT_URL.
+3. A JSON Schema (OpenAI's response_format json_schema): the answer has these keys, these types.
+4. Over HTTP (llmrt serve): OpenAI's response_format, if a server runs at $LLMRT_URL.
 MODEL: a GGUF path or a short name (default: smollm2-135m-instruct, fetched on first use).
 """
 import json
@@ -30,12 +31,27 @@ print("parsed:   ", json.loads(answer))
 out = model.generate(prompt, max_new_tokens=40, temperature=0)
 print("\nfree text:", repr(tok.decode(out[len(prompt):])))
 
-# 3. the server: llmrt serve MODEL --port 8080, then LLMRT_URL=http://127.0.0.1:8080
+# 3. a JSON Schema: these properties, in this order, of these types (bounded: it always ends)
+schema = {"type": "object",
+          "properties": {"city": {"type": "string", "maxLength": 30},
+                         "country": {"type": "string", "maxLength": 30},
+                         "population": {"type": "integer"},
+                         "landmarks": {"type": "array", "items": {"type": "string", "maxLength": 30},
+                                       "maxItems": 3}},
+          "required": ["city", "country", "population"]}
+fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
+out = model.generate(prompt, max_new_tokens=400, temperature=0, response_format=fmt)
+print("\nschema:   ", json.loads(tok.decode(out[len(prompt):])))
+
+# 4. the server: llmrt serve MODEL --port 8080, then LLMRT_URL=http://127.0.0.1:8080
 url = os.environ.get("LLMRT_URL")
 if url:
     from openai import OpenAI
 
     client = OpenAI(base_url=url + "/v1", api_key=os.environ.get("LLMRT_API_KEY", "none"))
-    r = client.chat.completions.create(model="any", messages=[{"role": "user", "content": question}],
-                                       response_format={"type": "json_object"}, temperature=0)
-    print("\nserver:", json.loads(r.choices[0].message.content))
+    msgs = [{"role": "user", "content": question}]
+    r = client.chat.completions.create(model="any", messages=msgs, temperature=0,
+                                       response_format={"type": "json_object"})
+    print("\nserver, json_object:", json.loads(r.choices[0].message.content))
+    r = client.chat.completions.create(model="any", messages=msgs, temperature=0, response_format=fmt)
+    print("server, json_schema:", json.loads(r.choices[0].message.content))

@@ -327,7 +327,8 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
     frequency_penalty, presence_penalty, logit_bias (see Sampler), or a ready `sampler`. The session's cached
     prefix is reused. Pass a GenerationResult as `result` to get the text and finish reason.
     response_format: {"type": "json_object"} constrains the output to one JSON object (JSON mode,
-    llmrt.jsonmode), {"type": "text"} or None leaves it free."""
+    llmrt.jsonmode), {"type": "json_schema", "json_schema": {"schema": S}} to a text the JSON
+    Schema S accepts, {"type": "text"} or None leaves it free."""
     try:
         stop = stop_strings(stop)
         constraint = json_constraint(response_format, tokenizer)
@@ -349,12 +350,15 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
 
 
 def json_constraint(response_format, tokenizer):
-    """A fresh JsonConstraint for response_format {"type": "json_object"}, None for plain text
-    (None or {"type": "text"}); ValueError for any other value, or JSON mode without a tokenizer."""
-    from llmrt.jsonmode import JsonConstraint, response_format_json
+    """A fresh JsonConstraint for response_format {"type": "json_object"} or {"type":
+    "json_schema", ...} (llmrt.jsonmode.parse_response_format), None for plain text (None or
+    {"type": "text"}); ValueError for any other value, a schema llmrt cannot take, or JSON output
+    without a tokenizer."""
+    from llmrt.jsonmode import JsonConstraint, parse_response_format
 
-    if not response_format_json(response_format):
+    mode, schema = parse_response_format(response_format)
+    if mode == "text":
         return None
     if tokenizer is None:
-        raise ValueError("response_format json_object needs the model's tokenizer (the tokens' text)")
-    return JsonConstraint(tokenizer)
+        raise ValueError(f"response_format {mode} needs the model's tokenizer (the tokens' text)")
+    return JsonConstraint(tokenizer, schema)

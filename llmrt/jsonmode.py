@@ -1,19 +1,25 @@
-"""JSON mode: constrain sampling so that the output is one JSON object (RFC 8259).
+"""JSON mode and JSON schemas: constrain sampling so that the output is one JSON object (RFC
+8259), or one JSON text a JSON Schema accepts.
 
     c = JsonConstraint(tokenizer)                 # one per generation (it keeps the text so far)
+    c = JsonConstraint(tokenizer, schema={"type": "object", "properties": {...}})
     tok = sampler.sample(logits, prev_ids, constraint=c)    # only ids that keep the JSON valid
-    c.accept(tok)                                 # ... and c.done once the object is closed
+    c.accept(tok)                                 # ... and c.done once the text is complete
 
-What OpenAI's `response_format: {"type": "json_object"}` and llama.cpp's JSON grammar
-(`--json-schema '{}'`, grammars/json.gbnf) give: the output starts with `{`, every token keeps it
-a prefix of a valid JSON text, and generation ends when the outer object closes (the constraint is
-`done`: the callers stop there, as llama.cpp's grammar then allows only end-of-generation).
+JSON mode is what OpenAI's `response_format: {"type": "json_object"}` and llama.cpp's JSON
+grammar (grammars/json.gbnf) give: the output starts with `{`, every token keeps it a prefix of a
+valid JSON text, and generation ends when the outer object closes (the constraint is `done`: the
+callers stop there, as llama.cpp's grammar then allows only end-of-generation). With a schema
+(`{"type": "json_schema", "json_schema": {"schema": ...}}`, llama.cpp's `json_schema`), the
+schema is compiled to a grammar (llmrt.grammar, the subset llama.cpp's converter takes) and the
+output is a text it accepts; end-of-generation is allowed wherever the text may end, and
+generation stops where nothing else can follow.
 Whitespace between tokens is limited to WS_MAX bytes in a row (llama.cpp's grammar allows a
 newline and up to 20 blanks), so a model cannot fill its budget with spaces; inside strings,
 control bytes are refused and bytes >= 0x80 pass (the model's UTF-8). Special tokens and
 end-of-generation are refused until the object is done.
 
-The check runs on each token's bytes (Tokenizer.token_to_piece), so a byte token that is a part of
+Both check each token's bytes (Tokenizer.token_to_piece), so a byte token that is a part of
 a UTF-8 character is judged by that byte. Sampling follows llama.cpp's grammar sampler: the chain
 picks a token from the unconstrained logits, and only if that token is refused are the logits
 masked (every refused id to -inf) and the chain run again (Sampler.sample).
@@ -21,6 +27,8 @@ masked (every refused id to -inf) and the chain run again (Sampler.sample).
 from __future__ import annotations
 
 import numpy as np
+
+from llmrt.grammar import GrammarState, schema_grammar
 
 WS_MAX = 32     # whitespace bytes in a row outside strings
 
@@ -59,6 +67,16 @@ class JsonState:
     @property
     def done(self) -> bool:
         return self.mode == _DONE
+
+    can_end = done              # (one object: it may end only when it is done)
+
+    def next_bytes(self) -> int:
+        """The mask of the bytes that can come next."""
+        m = 0
+        for b in range(256):
+            if self.copy().feed(b):
+                m |= 1 << b
+        return m
 
     def feed_bytes(self, data: bytes) -> bool:
         for b in data:
@@ -195,7 +213,8 @@ class _VocabTables:
         self.pieces, special = tokenizer.piece_table()
         self.first = np.array([p[0] if p else 0 for p in self.pieces], dtype=np.uint8)
         usable = np.array([bool(p) for p in self.pieces]) & ~np.array(special, dtype=bool)
-        usable[[i for i in tokenizer.eog_ids if 0 <= i < usable.shape[0]]] = False
+        self.eog = frozenset(i for i in tokenizer.eog_ids if 0 <= i < usable.shape[0])
+        usable[list(self.eog)] = False
         self.usable = usable
 
 
@@ -212,20 +231,23 @@ def vocab_tables(tokenizer) -> _VocabTables:
 
 
 class JsonConstraint:
-    """The token-level constraint of one generation (see the module docstring)."""
+    """The token-level constraint of one generation (see the module docstring). schema: a JSON
+    Schema (dict) the output must satisfy; None: any JSON object."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, schema=None):
         self._t = vocab_tables(tokenizer)
-        self.state = JsonState()
+        self.state = JsonState() if schema is None else GrammarState(schema_grammar(schema))
         self.text = bytearray()         # the accepted bytes
 
     @property
     def done(self) -> bool:
-        """The outer object is closed: nothing more may be generated."""
+        """The text is complete and nothing can follow it: nothing more may be generated."""
         return self.state.done
 
     def allows(self, tok: int) -> bool:
         t = self._t
+        if tok in t.eog:                # end-of-generation: where the text may end
+            return self.state.can_end
         if not 0 <= tok < len(t.pieces) or not t.usable[tok]:
             return False
         return self.state.copy().feed_bytes(t.pieces[tok])
@@ -235,8 +257,9 @@ class JsonConstraint:
         if not self.allows(tok):
             raise ValueError(f"[json] token {tok} ({self._t.pieces[tok]!r}) does not continue the JSON "
                              f"text {bytes(self.text[-40:])!r}")
-        self.state.feed_bytes(self._t.pieces[tok])
-        self.text += self._t.pieces[tok]
+        if tok not in self._t.eog:
+            self.state.feed_bytes(self._t.pieces[tok])
+            self.text += self._t.pieces[tok]
 
     def mask(self, logits: np.ndarray, need: int = 0) -> np.ndarray:
         """A copy of `logits` ([n_vocab]) with every id that cannot continue the JSON at -inf. The
@@ -245,15 +268,17 @@ class JsonConstraint:
         with a finite logit is allowed."""
         t = self._t
         n = min(logits.shape[0], len(t.pieces))
-        ok_first = np.zeros(256, dtype=bool)
-        for b in range(256):                    # bytes that may come next
-            ok_first[b] = self.state.copy().feed(b)
+        nb = self.state.next_bytes()            # bytes that may come next
+        ok_first = np.array([(nb >> b) & 1 for b in range(256)], dtype=bool)
         lg = logits[:n]
-        cand = np.flatnonzero(ok_first[t.first[:n]] & t.usable[:n] & (lg > -np.inf))
+        ok = ok_first[t.first[:n]] & t.usable[:n]
+        if self.state.can_end:
+            ok[[i for i in t.eog if i < n]] = True
+        cand = np.flatnonzero(ok & (lg > -np.inf))
         cand = cand[np.argsort(-lg[cand], kind="stable")]
         keep = []
         for i in cand.tolist():
-            if self.state.copy().feed_bytes(t.pieces[i]):
+            if i in t.eog or self.state.copy().feed_bytes(t.pieces[i]):
                 keep.append(i)
                 if len(keep) == need:
                     break
@@ -265,19 +290,30 @@ class JsonConstraint:
         return out
 
 
-def response_format_json(fmt) -> bool:
-    """OpenAI's response_format: None or {"type": "text"} -> False (plain text), {"type":
-    "json_object"} -> True (JSON mode). ValueError for anything else (json_schema: not
-    implemented here)."""
+_FORMS = ('{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": '
+          '{"schema": {...}}}')
+
+
+def parse_response_format(fmt):
+    """OpenAI's response_format -> (mode, schema): None or {"type": "text"} -> ("text", None),
+    {"type": "json_object"} -> ("json_object", None) (llama.cpp's {"type": "json_object",
+    "schema": S} -> ("json_schema", S)), {"type": "json_schema", "json_schema": {"schema": S, ...}}
+    -> ("json_schema", S) (no "schema": {}, any JSON). The schema is compiled here (cached), so a
+    schema llmrt cannot take is a ValueError now, as is any other value."""
     if fmt is None:
-        return False
+        return "text", None
     if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
-        raise ValueError(f"response_format must be {{\"type\": \"text\" | \"json_object\"}}, got {fmt!r}")
-    kind = fmt["type"]
-    extra = set(fmt) - {"type"}
-    if kind in ("text", "json_object") and not extra:
-        return kind == "json_object"
-    if kind == "json_schema":
-        raise ValueError("response_format json_schema is not supported: use {\"type\": \"json_object\"} "
-                         "(any JSON object)")
-    raise ValueError(f"response_format must be {{\"type\": \"text\" | \"json_object\"}}, got {fmt!r}")
+        raise ValueError(f"response_format must be {_FORMS}, got {fmt!r}")
+    kind, keys = fmt["type"], set(fmt) - {"type"}
+    if kind == "text" and not keys:
+        return "text", None
+    if kind == "json_object" and not keys:
+        return "json_object", None
+    if kind == "json_object" and keys == {"schema"}:
+        schema = fmt["schema"]
+    elif kind == "json_schema" and keys == {"json_schema"} and isinstance(fmt["json_schema"], dict):
+        schema = fmt["json_schema"].get("schema", {})
+    else:
+        raise ValueError(f"response_format must be {_FORMS}, got {fmt!r}")
+    schema_grammar(schema)              # (ValueError: what the schema asks that llmrt cannot do)
+    return "json_schema", schema

@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 from llmrt import __version__
 from llmrt.checks import id_text, is_int, is_number
-from llmrt.jsonmode import response_format_json, vocab_tables
+from llmrt.jsonmode import parse_response_format, vocab_tables
 
 log = logging.getLogger("llmrt")
 
@@ -110,8 +110,7 @@ _UNSUPPORTED = (
     ("functions", lambda v: v == [], "no function calling"),
     ("tool_choice", lambda v: v in ("none", "auto"), "no tool calling"),   # (auto: with no tools,
     ("function_call", lambda v: v in ("none", "auto"), "no function calling"),   # none)
-    ("grammar", lambda v: v == "", "no GBNF grammars: response_format json_object gives JSON"),
-    ("json_schema", lambda v: False, "no JSON schemas: response_format json_object gives any JSON object"),
+    ("grammar", lambda v: v == "", "no GBNF grammars: use response_format json_object or json_schema"),
     ("suffix", lambda v: v == "", "no insertion after a suffix"),
     ("best_of", lambda v: v == 1, "one completion per request"),
 )
@@ -233,11 +232,20 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     if keep is not None:
         kw["n_keep"] = keep
     _opt_type(body, "user", str, "a string")
+    param = "response_format"
     try:
-        if response_format_json(body.get("response_format")):
-            kw["response_format"] = {"type": "json_object"}
+        mode, schema = parse_response_format(body.get("response_format"))
+        if body.get("json_schema") is not None:         # llama-server's field
+            param = "json_schema"
+            if mode != "text":
+                raise ValueError("give either 'response_format' or 'json_schema', not both")
+            mode, schema = parse_response_format({"type": "json_schema", "json_schema": {"schema": body["json_schema"]}})
     except ValueError as e:
-        raise APIError(400, str(e), param="response_format") from None
+        raise APIError(400, str(e), param=param) from None
+    if mode == "json_object":
+        kw["response_format"] = {"type": "json_object"}
+    elif mode == "json_schema":
+        kw["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
     if n > 1:
         kw["n"] = n
     lp = parse_logprobs(body, chat)
@@ -763,7 +771,7 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
             kw["logit_bias"] = lb
         if "response_format" in kw:
             if tok is None:
-                raise APIError(400, "this model has no tokenizer: no JSON mode", param="response_format")
+                raise APIError(400, "this model has no tokenizer: no JSON output", param="response_format")
             await run_in_threadpool(vocab_tables, tok)
         return kw
 

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from llmrt.jsonmode import WS_MAX, JsonConstraint, JsonState, response_format_json
+from llmrt.jsonmode import WS_MAX, JsonConstraint, JsonState, parse_response_format
 from llmrt.sampling import Sampler
 
 
@@ -113,14 +113,20 @@ def test_edge_cases(text, ok):
 
 
 def test_response_format_values():
-    assert response_format_json(None) is False
-    assert response_format_json({"type": "text"}) is False
-    assert response_format_json({"type": "json_object"}) is True
-    with pytest.raises(ValueError, match="json_schema is not supported"):
-        response_format_json({"type": "json_schema", "json_schema": {"schema": {}}})
-    for bad in ("json", {"type": "xml"}, {"type": "json_object", "schema": {}}, {}):
+    assert parse_response_format(None) == ("text", None)
+    assert parse_response_format({"type": "text"}) == ("text", None)
+    assert parse_response_format({"type": "json_object"}) == ("json_object", None)
+    s = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert parse_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": s, "strict": True}}) \
+        == ("json_schema", s)
+    assert parse_response_format({"type": "json_schema", "json_schema": {"name": "x"}}) == ("json_schema", {})
+    assert parse_response_format({"type": "json_object", "schema": s}) == ("json_schema", s)   # llama.cpp's
+    with pytest.raises(ValueError, match="pattern not supported"):
+        parse_response_format({"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}})
+    for bad in ("json", {"type": "xml"}, {"type": "json_object", "extra": 1}, {},
+                {"type": "json_schema", "json_schema": "x"}, {"type": "json_schema"}):
         with pytest.raises(ValueError, match="response_format must be"):
-            response_format_json(bad)
+            parse_response_format(bad)
 
 
 class FakeTokenizer:
@@ -144,7 +150,7 @@ class FakeTokenizer:
 
 
 def brute_allowed(c: JsonConstraint, tok: FakeTokenizer) -> set:
-    out = set()
+    out = set(tok.eog_ids) if c.state.can_end else set()
     for i, p in enumerate(tok.pieces):
         if tok.special[i] or not p or i in tok.eog_ids:
             continue
@@ -153,10 +159,17 @@ def brute_allowed(c: JsonConstraint, tok: FakeTokenizer) -> set:
     return out
 
 
-def test_constraint_matches_brute_force_along_random_walks(rng):
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+    "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}, "ok": {"type": ["boolean", "null"]}},
+    "required": ["name"]}
+
+
+@pytest.mark.parametrize("schema", [None, PERSON, {"type": "integer"}], ids=["json_object", "person", "integer"])
+def test_constraint_matches_brute_force_along_random_walks(rng, schema):
     tok = FakeTokenizer(rng)
     for walk in range(30):
-        c = JsonConstraint(tok)
+        c = JsonConstraint(tok, schema)
         for step in range(40):
             allowed = brute_allowed(c, tok)
             assert {i for i in range(tok.n_vocab) if c.allows(i)} == allowed
@@ -174,12 +187,15 @@ def test_constraint_matches_brute_force_along_random_walks(rng):
                 logits, (), constraint=c)
             assert t in best
             c.accept(t)
-            if c.done:
-                assert not any(c.allows(i) for i in range(tok.n_vocab))
-                with pytest.raises(ValueError, match="no token can continue"):
-                    c.mask(logits)
+            if t in tok.eog_ids:
+                assert c.state.can_end
                 break
-        assert JsonState().feed_bytes(bytes(c.text))
+            if c.done:          # nothing can follow: only end-of-generation
+                assert {i for i in range(tok.n_vocab) if c.allows(i)} == set(tok.eog_ids)
+                assert set(np.flatnonzero(np.isfinite(c.mask(logits)))) == set(tok.eog_ids)
+                break
+        if schema is None:
+            assert JsonState().feed_bytes(bytes(c.text))
 
 
 def test_accept_refuses_a_token_that_breaks_the_json(rng):
@@ -190,7 +206,7 @@ def test_accept_refuses_a_token_that_breaks_the_json(rng):
     c.accept(tok.pieces.index(b"{"))
     assert not c.allows(0) and not c.allows(1)          # eog, a control token: not until done
     c.accept(tok.pieces.index(b"}"))
-    assert c.done and bytes(c.text) == b"{}"
+    assert c.done and bytes(c.text) == b"{}" and c.allows(0) and not c.allows(1)
 
 
 def test_a_ban_of_every_continuation_is_a_clear_error(rng):
@@ -231,7 +247,7 @@ def test_generate_json_mode_on_a_real_model():
     assert ends[0] == "eog" and ends.count("eog") >= 2, ends
     free = m.generate(ids, max_new_tokens=8, temperature=0)
     assert not tok.decode(free[len(ids):]).startswith("{")       # (so the constraint did the work)
-    with pytest.raises(ValueError, match="json_schema is not supported"):
+    with pytest.raises(ValueError, match="response_format must be"):
         m.generate(ids, max_new_tokens=8, response_format={"type": "json_schema"})
 
 
@@ -294,3 +310,43 @@ def test_chat_session_json_turn_then_free_turn():
     with pytest.raises(ValueError, match="response_format must be"):
         chat.send("again", response_format={"type": "yaml"})
     assert len(chat.messages) == 4          # the refused turn left nothing behind
+
+
+CAT = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"},
+                                        "colors": {"type": "array", "items": {"enum": ["black", "white", "orange"]},
+                                                   "minItems": 1, "maxItems": 3}},
+       "required": ["name", "age", "colors"]}
+
+
+@pytest.mark.slow
+def test_generate_with_a_json_schema_on_a_real_model():
+    """SmolLM2 with a JSON Schema: every answer that ends validates against the schema (the
+    `jsonschema` package's validator), sampled or greedy; -j on the command line too."""
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test extra (pip install -e .[test])")
+    from click.testing import CliRunner
+
+    from fake_lm import real_model_path
+    from llmrt.cli import main
+    from llmrt.generation import GenerationResult, generate
+    from llmrt.model import Model
+
+    path = real_model_path("smollm2-135m-instruct")
+    m = Model(path)
+    tok = m.tokenizer
+    prompt = "<|im_start|>user\nDescribe a cat.<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok.encode(prompt, add_special=True, parse_special=True)
+    fmt = {"type": "json_schema", "json_schema": {"name": "cat", "schema": CAT}}
+    for seed, temp in ((0, 0.0), (1, 0.7), (2, 0.7)):
+        res = GenerationResult()
+        out = generate(m.new_session(1024), ids, tok, max_new_tokens=600, temperature=temp, seed=seed,
+                       response_format=fmt, result=res)
+        text = tok.decode(out[len(ids):])
+        # every part of CAT is bounded (strings, arrays, digits, whitespace): at most ~590 bytes,
+        # so it ends before 600 tokens whatever the model does
+        assert res.finish_reason == "eog", text
+        jsonschema.validate(json.loads(text), CAT)
+    r = CliRunner().invoke(main, ["generate", path, "-p", prompt, "-j", json.dumps(CAT), "--temp", "0", "-n", "600"])
+    assert r.exit_code == 0, r.output
+    jsonschema.validate(json.loads(r.stdout), CAT)
+    r = CliRunner().invoke(main, ["generate", path, "-p", prompt, "-j", '{"type": "string", "pattern": "a"}'])
+    assert r.exit_code == 2 and "pattern not supported" in r.stderr

@@ -599,11 +599,13 @@ BAD = [
     (json.dumps({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}).encode(),
      400, "'tools' is not supported (no tool calling)"),
     (json.dumps({"messages": MSG, "tool_choice": "required"}).encode(), 400, "'tool_choice' is not supported"),
-    (json.dumps({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {}}}).encode(), 400,
-     "response_format json_schema is not supported"),
+    (json.dumps({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {"schema": {
+        "type": "string", "pattern": "^a"}}}}).encode(), 400, "pattern not supported"),
     (json.dumps({"messages": MSG, "response_format": "json"}).encode(), 400, "response_format must be"),
     (json.dumps({"messages": MSG, "grammar": "root ::= \"a\""}).encode(), 400, "'grammar' is not supported"),
-    (json.dumps({"messages": MSG, "json_schema": {}}).encode(), 400, "'json_schema' is not supported"),
+    (json.dumps({"messages": MSG, "json_schema": {"type": "nothing"}}).encode(), 400, "is not a JSON type"),
+    (json.dumps({"messages": MSG, "json_schema": {}, "response_format": {"type": "json_object"}}).encode(), 400,
+     "either 'response_format' or 'json_schema'"),
     (json.dumps({"messages": MSG, "logit_bias": {"": 10}}).encode(), 400, "logit_bias: '' is not a token id"),
     (json.dumps({"messages": MSG, "logit_bias": {"5": 101}}).encode(), 400, "must be a number in [-100, 100]"),
     (json.dumps({"messages": MSG, "logit_bias": [[10 ** 7, 1]]}).encode(), 400, "is not a token id of this vocabulary"),
@@ -654,6 +656,26 @@ def test_json_mode(server):
     r = server.client.chat.completions.create(model="m", messages=msgs, max_tokens=3, temperature=0,
                                               response_format=fmt)
     assert r.choices[0].finish_reason == "length" and r.choices[0].message.content.startswith("{")
+
+
+def test_json_schema(server):
+    """OpenAI's response_format json_schema (the openai client) and llama-server's json_schema
+    field: the answers validate against the schema (the `jsonschema` package's validator)."""
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test extra (pip install -e .[test])")
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+                                               "population": {"type": "integer"}},
+              "required": ["city", "population"]}
+    msgs = [{"role": "user", "content": "Describe Paris."}]
+    r = server.client.chat.completions.create(model="m", messages=msgs, max_tokens=400, temperature=0,
+                                              response_format={"type": "json_schema",
+                                                               "json_schema": {"name": "city", "schema": schema}})
+    assert r.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
+        "prompt": "Paris:", "max_tokens": 400, "temperature": 0.7, "seed": 3, "json_schema": schema})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["finish_reason"] == "stop"
+    jsonschema.validate(json.loads(r.json()["choices"][0]["text"]), schema)
 
 
 def test_unsupported_fields_at_their_off_values_are_accepted(server):

@@ -1,0 +1,483 @@
+"""Context-free grammars over bytes, and JSON Schema compiled to one (what llama.cpp's
+json_schema_to_grammar does), for constrained sampling (llmrt.jsonmode).
+
+    g = schema_grammar({"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]})
+    st = GrammarState(g)
+    st.feed_bytes(b'{"age": 3}') and st.done      # True
+
+A grammar is a list of rules, a rule a list of alternatives, an alternative a sequence of elements:
+a byte class (a 256-bit mask) or a reference to a rule. Recognition is llama.cpp's (src/llama-
+grammar.cpp): the state is the set of stacks of positions that can follow the bytes so far; each
+stack's top is a byte class (references are expanded as soon as they are on top, and a finished
+alternative is popped), a byte advances every stack whose top accepts it, and the empty stack
+means "complete". Grammars must not be left-recursive (the compiler below makes none). Repetition
+is right recursion whose finished frames are dropped at once, so a long string does not grow the
+stacks. Byte classes: JSON is ASCII outside strings, and a string's characters are matched byte by
+byte (any byte >= 0x20 but '"' and '\\': UTF-8 passes whole), so string lengths (minLength,
+maxLength) count bytes. Numbers take up to 16 digits in each part (llama.cpp's bound).
+
+JSON Schema, the subset llama.cpp's converter handles: type (one or a list), enum, const,
+properties / required / additionalProperties (the listed properties in their order, the optional
+ones skippable; without additionalProperties no others, as llama.cpp), items, minItems /
+maxItems, minLength / maxLength, anyOf / oneOf, allOf of one schema, $ref to #/$defs/... or
+#/definitions/... (recursion included), and {} / true for any value. Annotations (title,
+description, default, examples, $schema, $id, $comment, format, ...) are ignored; a keyword that
+would constrain what this compiler cannot (pattern, minimum, maximum, multipleOf, uniqueItems,
+prefixItems, not, if/then/else, patternProperties, ...) is a ValueError naming it, never a
+silently looser grammar. Whitespace between tokens is llama.cpp's `space`: none, one blank, or one
+or two newlines and up to 20 blanks or tabs.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+_MAX_RULES = 100_000     # a schema that needs more is refused (a size limit, not a grammar limit)
+_MAX_LEN = 4096          # bounded repetitions (maxLength, maxItems) up to this many
+
+
+def _mask(chars) -> int:
+    m = 0
+    for b in chars:
+        m |= 1 << b
+    return m
+
+
+def _range(lo: int, hi: int) -> int:
+    return ((1 << (hi + 1)) - 1) & ~((1 << lo) - 1)
+
+
+_ALL = _range(0, 255)
+
+
+class Grammar:
+    """Rules of byte-class / rule-reference alternatives. Elements: (0, mask) a byte class,
+    (1, rule) a reference."""
+
+    def __init__(self):
+        self.rules: list[list[int]] = []            # rule -> alternative ids
+        self.alts: list[tuple] = []                 # alternative id -> elements
+        self.root = None
+        self._advance = lru_cache(maxsize=1 << 16)(self._advance_uncached)
+
+    def new_rule(self) -> int:
+        if len(self.rules) >= _MAX_RULES:
+            raise ValueError(f"[json_schema] the schema needs more than {_MAX_RULES} grammar rules")
+        self.rules.append([])
+        return len(self.rules) - 1
+
+    def set_rule(self, r: int, alternatives):
+        """alternatives: sequences of elements (see lit, cls, ref)."""
+        for a in alternatives:
+            self.alts.append(tuple(a))
+            self.rules[r].append(len(self.alts) - 1)
+        return r
+
+    def rule(self, *alternatives) -> int:
+        return self.set_rule(self.new_rule(), alternatives)
+
+    # ---- recognition -------------------------------------------------------------------------
+
+    def _expand(self, stack: tuple, out: set):
+        """The stacks `stack` stands for with a byte class on top (or () when it is complete)."""
+        while stack:
+            alt, pos = stack[-1]
+            elems = self.alts[alt]
+            if pos == len(elems):
+                stack = stack[:-1]
+                continue
+            kind, val = elems[pos]
+            if kind == 0:
+                out.add(stack)
+                return
+            # a reference: its continuation (dropped when it is the alternative's end) under each
+            # alternative of the rule
+            rest = stack[:-1] + ((alt, pos + 1),) if pos + 1 < len(elems) else stack[:-1]
+            for a in self.rules[val]:
+                self._expand(rest + ((a, 0),), out)
+            return
+        out.add(())
+
+    def start(self) -> frozenset:
+        out: set = set()
+        for a in self.rules[self.root]:
+            self._expand(((a, 0),), out)
+        return frozenset(out)
+
+    def _advance_uncached(self, stacks: frozenset, b: int) -> frozenset:
+        out: set = set()
+        bit = 1 << b
+        for st in stacks:
+            if not st:
+                continue
+            alt, pos = st[-1]
+            if self.alts[alt][pos][1] & bit:
+                elems = self.alts[alt]
+                self._expand(st[:-1] + ((alt, pos + 1),) if pos + 1 < len(elems) else st[:-1], out)
+        return frozenset(out)
+
+    def advance(self, stacks: frozenset, b: int) -> frozenset:
+        """The stacks after byte b (empty: b cannot come next). Memoized."""
+        return self._advance(stacks, b)
+
+    def next_bytes(self, stacks: frozenset) -> int:
+        """The mask of the bytes that can come next."""
+        m = 0
+        for st in stacks:
+            if st:
+                alt, pos = st[-1]
+                m |= self.alts[alt][pos][1]
+        return m
+
+
+def lit(data: bytes) -> list:
+    return [(0, 1 << b) for b in data]
+
+
+def cls(mask: int) -> list:
+    return [(0, mask)]
+
+
+def ref(r: int) -> list:
+    return [(1, r)]
+
+
+class GrammarState:
+    """A position in a grammar: feed(b) -> False (and the state is dead) on a byte that cannot
+    come next; done when only the end can; can_end when the end can (nothing more needed)."""
+
+    __slots__ = ("g", "stacks")
+
+    def __init__(self, g: Grammar, stacks: frozenset | None = None):
+        self.g = g
+        self.stacks = g.start() if stacks is None else stacks
+
+    def copy(self) -> "GrammarState":
+        return GrammarState(self.g, self.stacks)
+
+    def feed(self, b: int) -> bool:
+        self.stacks = self.g.advance(self.stacks, b)
+        return bool(self.stacks)
+
+    def feed_bytes(self, data: bytes) -> bool:
+        for b in data:
+            self.stacks = self.g.advance(self.stacks, b)
+            if not self.stacks:
+                return False
+        return True
+
+    @property
+    def can_end(self) -> bool:
+        return () in self.stacks
+
+    @property
+    def done(self) -> bool:
+        return self.stacks == frozenset([()])
+
+    def next_bytes(self) -> int:
+        return self.g.next_bytes(self.stacks)
+
+
+# ---- JSON Schema -> grammar -----------------------------------------------------------------------
+
+_IGNORED = frozenset(("title", "description", "default", "examples", "$schema", "$id", "$comment",
+                      "format", "readOnly", "writeOnly", "deprecated", "$defs", "definitions",
+                      "contentMediaType", "contentEncoding", "strict", "name"))
+_HANDLED = frozenset(("type", "enum", "const", "properties", "required", "additionalProperties",
+                      "items", "minItems", "maxItems", "minLength", "maxLength", "anyOf", "oneOf",
+                      "allOf", "$ref"))
+_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+
+
+class _SchemaCompiler:
+    def __init__(self, schema):
+        self.g = Grammar()
+        self.root_schema = schema
+        self.refs: dict[str, int] = {}
+        g = self.g
+        digits = _range(0x30, 0x39)
+        blank = _mask(b" \t")
+        ind = g.rule([])                         # [ \t]{0,20}
+        for _ in range(20):
+            ind = g.rule([], cls(blank) + ref(ind))
+        nl = g.rule(lit(b"\n"), lit(b"\n\n"))
+        self.S = g.rule([], lit(b" "), ref(nl) + ref(ind))
+        hexd = digits | _range(0x41, 0x46) | _range(0x61, 0x66)
+        esc = g.rule(cls(_mask(b'"\\/bfnrt')), lit(b"u") + cls(hexd) * 4)
+        self.CHAR = g.rule(cls(_ALL & ~_range(0, 0x1F) & ~_mask(b'"\\')), lit(b"\\") + ref(esc))
+        chars = g.new_rule()
+        g.set_rule(chars, [[], ref(self.CHAR) + ref(chars)])
+        self.STRING = g.rule(lit(b'"') + ref(chars) + lit(b'"'))
+        d15 = self._upto(cls(digits), 15)
+        integral = g.rule(lit(b"0"), cls(_range(0x31, 0x39)) + ref(d15))
+        self.INTEGER = g.rule(ref(integral), lit(b"-") + ref(integral))
+        d1_16 = cls(digits) + ref(self._upto(cls(digits), 15))     # (JSON allows leading zeros there)
+        frac = g.rule([], lit(b".") + d1_16)
+        exp = g.rule([], cls(_mask(b"eE")) + ref(g.rule([], cls(_mask(b"+-")))) + d1_16)
+        self.NUMBER = g.rule(ref(self.INTEGER) + ref(frac) + ref(exp))
+        self.BOOLEAN = g.rule(lit(b"true"), lit(b"false"))
+        self.NULL = g.rule(lit(b"null"))
+        self.VALUE = g.new_rule()                # any JSON value
+        self.OBJECT = self._object_any(self.VALUE)
+        self.ARRAY = self._array(self.VALUE, 0, None)
+        g.set_rule(self.VALUE, [ref(r) for r in (self.OBJECT, self.ARRAY, self.STRING, self.NUMBER,
+                                                 self.BOOLEAN, self.NULL)])
+
+    # ---- helpers ----
+    def _upto(self, elems: list, n: int) -> int:
+        """A rule for elems{0,n}."""
+        r = self.g.rule([])
+        for _ in range(n):
+            r = self.g.rule([], elems + ref(r))
+        return r
+
+    def _repeat(self, elems: list, lo: int, hi) -> int:
+        """A rule for elems{lo,hi} (hi None: unbounded)."""
+        g = self.g
+        if hi is None:
+            tail = g.new_rule()
+            g.set_rule(tail, [[], elems + ref(tail)])
+        else:
+            tail = self._upto(elems, hi - lo)
+        return g.rule(elems * lo + ref(tail)) if lo <= 64 else self._nest(elems, lo, tail)
+
+    def _nest(self, elems, lo, tail):
+        r = tail
+        for _ in range(lo):
+            r = self.g.rule(elems + ref(r))
+        return r
+
+    def _object_any(self, value_rule: int) -> int:
+        g, S = self.g, self.S
+        kv = g.rule(ref(self.STRING) + ref(S) + lit(b":") + ref(S) + ref(value_rule))
+        more = g.new_rule()
+        g.set_rule(more, [[], ref(S) + lit(b",") + ref(S) + ref(kv) + ref(more)])
+        return g.rule(lit(b"{") + ref(S) + lit(b"}"),
+                      lit(b"{") + ref(S) + ref(kv) + ref(more) + ref(S) + lit(b"}"))
+
+    def _array(self, item: int, lo: int, hi) -> int:
+        g, S = self.g, self.S
+        if hi is not None and hi < lo:
+            raise ValueError(f"[json_schema] maxItems {hi} < minItems {lo}")
+        alts = [lit(b"[") + ref(S) + lit(b"]")] if lo == 0 else []
+        if hi is None or hi >= 1:
+            sep_item = ref(S) + lit(b",") + ref(S) + ref(item)
+            more = self._repeat(sep_item, max(lo - 1, 0), None if hi is None else hi - 1)
+            alts.append(lit(b"[") + ref(S) + ref(item) + ref(more) + ref(S) + lit(b"]"))
+        return g.rule(*alts)
+
+    def _literal(self, v) -> list:
+        """Elements for the JSON value v (enum, const): scalars as json.dumps writes them, arrays
+        and objects item by item with `space` where JSON allows whitespace."""
+        S = self.S
+        if isinstance(v, (list, tuple)):
+            out = lit(b"[") + ref(S)
+            for i, x in enumerate(v):
+                out += (ref(S) + lit(b",") + ref(S) if i else []) + self._literal(x)
+            return out + ref(S) + lit(b"]")
+        if isinstance(v, dict):
+            out = lit(b"{") + ref(S)
+            for i, (k, x) in enumerate(v.items()):
+                out += ((ref(S) + lit(b",") + ref(S) if i else []) + self._literal(k) + ref(S) + lit(b":")
+                        + ref(S) + self._literal(x))
+            return out + ref(S) + lit(b"}")
+        try:
+            return lit(json.dumps(v, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"[json_schema] enum / const value {v!r} is not JSON: {e}") from None
+
+    # ---- schemas ----
+    def compile(self, s, where="schema") -> int:
+        g = self.g
+        if s is True or s == {}:
+            return self.VALUE
+        if not isinstance(s, dict):
+            raise ValueError(f"[json_schema] {where} must be an object (or true), got {s!r}")
+        unknown = set(s) - _HANDLED - _IGNORED
+        if unknown:
+            raise ValueError(f"[json_schema] {where}: {', '.join(sorted(unknown))} not supported "
+                             f"(supported: {', '.join(sorted(_HANDLED))})")
+        if "$ref" in s:
+            return self._ref(s["$ref"], where)
+        if "const" in s:
+            return g.rule(self._literal(s["const"]))
+        if "enum" in s:
+            if not isinstance(s["enum"], list) or not s["enum"]:
+                raise ValueError(f"[json_schema] {where}.enum must be a non-empty list")
+            return g.rule(*[self._literal(v) for v in s["enum"]])
+        for key in ("anyOf", "oneOf"):
+            if key in s:
+                subs = s[key]
+                if not isinstance(subs, list) or not subs:
+                    raise ValueError(f"[json_schema] {where}.{key} must be a non-empty list")
+                return g.rule(*[ref(self.compile(x, f"{where}.{key}[{i}]")) for i, x in enumerate(subs)])
+        if "allOf" in s:
+            subs = s["allOf"]
+            if not isinstance(subs, list) or len(subs) != 1:
+                raise ValueError(f"[json_schema] {where}.allOf: only a list of one schema is supported")
+            return self.compile(subs[0], f"{where}.allOf[0]")
+        t = s.get("type")
+        if t is None:
+            if "properties" in s or "additionalProperties" in s or "required" in s:
+                t = "object"
+            elif "items" in s or "minItems" in s or "maxItems" in s:
+                t = "array"
+            elif "minLength" in s or "maxLength" in s:
+                t = "string"
+            else:
+                return self.VALUE
+        if isinstance(t, list):
+            if not t:
+                raise ValueError(f"[json_schema] {where}.type is an empty list")
+            return g.rule(*[ref(self._typed(dict(s, type=x), x, where)) for x in t])
+        return self._typed(s, t, where)
+
+    def _ref(self, r, where) -> int:
+        if r in self.refs:
+            return self.refs[r]
+        parts = r.split("/") if isinstance(r, str) else []
+        if len(parts) != 3 or parts[0] != "#" or parts[1] not in ("$defs", "definitions"):
+            raise ValueError(f"[json_schema] {where}.$ref {r!r}: only #/$defs/NAME or #/definitions/NAME")
+        target = (self.root_schema.get(parts[1]) or {}).get(parts[2]) if isinstance(self.root_schema, dict) else None
+        if target is None:
+            raise ValueError(f"[json_schema] {where}.$ref {r!r} names no definition")
+        rule = self.refs[r] = self.g.new_rule()         # (before its body: recursion refers to it)
+        self.g.set_rule(rule, [ref(self.compile(target, r))])
+        return rule
+
+    def _typed(self, s: dict, t, where) -> int:
+        g = self.g
+        if t not in _TYPES:
+            raise ValueError(f"[json_schema] {where}.type {t!r} is not a JSON type")
+        if t == "string":
+            lo, hi = _count(s, "minLength", where), _count(s, "maxLength", where, None)
+            if lo == 0 and hi is None:
+                return self.STRING
+            if hi is not None and hi < lo:
+                raise ValueError(f"[json_schema] {where}: maxLength {hi} < minLength {lo}")
+            return g.rule(lit(b'"') + ref(self._repeat(ref(self.CHAR), lo, hi)) + lit(b'"'))
+        if t == "integer":
+            return self.INTEGER
+        if t == "number":
+            return self.NUMBER
+        if t == "boolean":
+            return self.BOOLEAN
+        if t == "null":
+            return self.NULL
+        if t == "array":
+            item = self.compile(s.get("items", True), f"{where}.items")
+            return self._array(item, _count(s, "minItems", where), _count(s, "maxItems", where, None))
+        return self._object(s, where)
+
+    def _object(self, s: dict, where) -> int:
+        g, S = self.g, self.S
+        props = s.get("properties")
+        extra = s.get("additionalProperties")
+        if props is None:
+            if extra is False:
+                return g.rule(lit(b"{") + ref(S) + lit(b"}"))
+            return self._object_any(self.VALUE if extra in (None, True) else self.compile(extra, f"{where}.additionalProperties"))
+        if not isinstance(props, dict):
+            raise ValueError(f"[json_schema] {where}.properties must be an object")
+        required = s.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
+            raise ValueError(f"[json_schema] {where}.required must be a list of names")
+        missing = [k for k in required if k not in props]
+        if missing:
+            raise ValueError(f"[json_schema] {where}.required names {missing} that are not in its properties")
+        names = list(props)
+        kvs = [g.rule(lit(json.dumps(k, ensure_ascii=False).encode("utf-8")) + ref(S) + lit(b":") + ref(S)
+                      + ref(self.compile(props[k], f"{where}.properties.{k}"))) for k in names]
+        sep = ref(S) + lit(b",") + ref(S)
+        # rest[first]: what may follow the properties before i (first: none of them was written)
+        if extra in (None, False):
+            rest = {True: g.rule([]), False: g.rule([])}
+        else:
+            ev = self.VALUE if extra is True else self.compile(extra, f"{where}.additionalProperties")
+            kv = g.rule(ref(self.STRING) + ref(S) + lit(b":") + ref(S) + ref(ev))
+            more = g.new_rule()
+            g.set_rule(more, [[], sep + ref(kv) + ref(more)])
+            rest = {True: g.rule([], ref(kv) + ref(more)), False: g.rule([], sep + ref(kv) + ref(more))}
+        for i in range(len(names) - 1, -1, -1):
+            k = names[i]
+            new = {}
+            for first in (True, False):
+                write = ([] if first else sep) + ref(kvs[i]) + ref(rest[False])
+                new[first] = g.rule(write) if k in required else g.rule(write, ref(rest[first]))
+            rest = new
+        return g.rule(lit(b"{") + ref(S) + ref(rest[True]) + ref(S) + lit(b"}"))
+
+
+def _count(s: dict, key: str, where: str, default=0):
+    v = s.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"[json_schema] {where}.{key} must be an integer >= 0, got {v!r}")
+    if v > _MAX_LEN:
+        raise ValueError(f"[json_schema] {where}.{key} {v} is more than this compiler takes ({_MAX_LEN})")
+    return v
+
+
+def check_left_recursion(g: Grammar):
+    """ValueError if a rule can reach itself before any byte (recognition would not end), e.g.
+    a $ref that names itself."""
+    n = len(g.rules)
+    nullable = [False] * n
+    changed = True
+    while changed:                      # the rules that can match nothing
+        changed = False
+        for r in range(n):
+            if not nullable[r] and any(all(k == 1 and nullable[v] for k, v in g.alts[a]) for a in g.rules[r]):
+                nullable[r] = changed = True
+    first = [set() for _ in range(n)]   # rules each rule can start with, before any byte
+    for r in range(n):
+        for a in g.rules[r]:
+            for k, v in g.alts[a]:
+                if k == 0:
+                    break
+                first[r].add(v)
+                if not nullable[v]:
+                    break
+    state = [0] * n                     # depth-first search for a cycle: 1 on the path, 2 done
+    for r0 in range(n):
+        if state[r0]:
+            continue
+        path = [(r0, iter(first[r0]))]
+        state[r0] = 1
+        while path:
+            r, it = path[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[r] = 2
+                path.pop()
+            elif state[nxt] == 1:
+                raise ValueError("[json_schema] the schema refers to itself before any text (left "
+                                 "recursion: e.g. a $ref whose definition is that $ref)")
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                path.append((nxt, iter(first[nxt])))
+
+
+_CACHE: dict = {}       # schema text -> Grammar, the last _CACHE_SIZE compiled
+_CACHE_SIZE = 64
+
+
+def schema_grammar(schema) -> Grammar:
+    """The grammar of the JSON texts `schema` (a JSON Schema, as a dict) accepts; ValueError for a
+    schema this compiler does not take (see the module docstring). The last 64 schemas' grammars
+    are kept (a server's clients repeat theirs)."""
+    try:
+        key = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"[json_schema] the schema is not JSON: {e}") from None
+    g = _CACHE.get(key)
+    if g is None:
+        c = _SchemaCompiler(schema)
+        c.g.root = c.compile(schema)
+        check_left_recursion(c.g)
+        g = c.g
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = g
+    return g
