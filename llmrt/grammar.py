@@ -469,14 +469,17 @@ def schema_grammar(schema) -> Grammar:
     are kept (a server's clients repeat theirs)."""
     try:
         key = json.dumps(schema, sort_keys=True)
-    except (TypeError, ValueError) as e:
+        g = _CACHE.get(key)
+        if g is None:
+            c = _SchemaCompiler(schema)
+            c.g.root = c.compile(schema)
+            check_left_recursion(c.g)
+            g = c.g
+    except RecursionError:
+        raise ValueError("[json_schema] the schema is nested too deeply") from None
+    except TypeError as e:
         raise ValueError(f"[json_schema] the schema is not JSON: {e}") from None
-    g = _CACHE.get(key)
-    if g is None:
-        c = _SchemaCompiler(schema)
-        c.g.root = c.compile(schema)
-        check_left_recursion(c.g)
-        g = c.g
+    if key not in _CACHE:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = g

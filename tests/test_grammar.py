@@ -180,3 +180,11 @@ def test_long_strings_keep_the_stacks_short():
     assert st.feed_bytes(b'{"s": "' + b"x" * 5000)
     assert max(len(x) for x in st.stacks) < 10
     assert st.feed_bytes(b'"}') and st.done
+
+
+def test_a_schema_nested_too_deeply_is_an_error():
+    s = {"type": "integer"}
+    for _ in range(5000):
+        s = {"type": "array", "items": s}
+    with pytest.raises(ValueError, match="nested too deeply"):
+        schema_grammar(s)
