@@ -466,7 +466,8 @@ class ChatSession:
              response_format=None) -> str:
         """Add a user turn, generate the answer (until an end-of-generation token), return its
         text. The streamer gets the newly evaluated prompt ids first, then the answer.
-        response_format {"type": "json_object"}: this answer is one JSON object (JSON mode).
+        response_format: {"type": "json_object"} or {"type": "json_schema", ...}: this answer is
+        JSON (llmrt.jsonmode), as in Model.generate.
         KeyboardInterrupt stops the answer: what was generated is kept in the conversation and
         the interrupt is re-raised."""
         with contextlib.ExitStack() as held:

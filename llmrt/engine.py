@@ -156,7 +156,7 @@ class Request:
         self.conversation = conversation
         self.n_keep = n_keep
         self.ids: list = []                 # generated ids (the end-of-generation id included)
-        self.constraint = None              # JSON mode: a llmrt.jsonmode.JsonConstraint
+        self.constraint = None              # JSON output: a llmrt.jsonmode.JsonConstraint
         # logprobs: None (not asked), else one TokenLogprob per generated token with top_logprobs
         # alternatives each (an ending end-of-generation id has none: it is no output)
         self.top_logprobs = top_logprobs
@@ -363,8 +363,9 @@ class Engine:
         and its k most likely alternatives (Request.logprobs, and "logprobs" events).
         prompt_logprobs (needs logprobs): also every prompt id's after the first
         (Request.prompt_logprobs; what OpenAI's echo + logprobs scores); max_tokens=0 then scores
-        the prompt alone. response_format: {"type": "json_object"}: the output is one JSON object
-        (JSON mode, llmrt.jsonmode; the request ends with "stop" when it closes)."""
+        the prompt alone. response_format: {"type": "json_object"} (one JSON object) or {"type":
+        "json_schema", "json_schema": {"schema": S}} (JSON the schema S accepts): llmrt.jsonmode;
+        the request ends with "stop" where the text is complete."""
         if self._closing:
             raise RuntimeError("the engine is closed")
         if on_event is not None and not callable(on_event):
@@ -837,8 +838,8 @@ class Engine:
         req.ids.append(tok)
         s.prev_ids.append(tok)
         self._m["generated_tokens"] += 1
-        if tok in self._eog and not req.ignore_eos:
-            self._finish(s, "stop")
+        if tok in self._eog and (not req.ignore_eos or req.constraint is not None):
+            self._finish(s, "stop")     # (JSON output: the constraint allowed it, the text is complete)
             return
         if req.top_logprobs is not None:
             lp = token_logprob(logits, tok, req.top_logprobs)
@@ -851,7 +852,7 @@ class Engine:
             req.stop_matched = s.rel.matched
             self._finish(s, "stop")
         elif req.constraint is not None and req.constraint.done:
-            self._finish(s, "stop")     # the JSON object closed (llama.cpp's grammar: only eog next)
+            self._finish(s, "stop")     # the JSON text is complete (llama.cpp's grammar: only eog next)
         elif req.max_tokens is not None and len(req.ids) >= req.max_tokens:
             self._finish(s, "length")
         elif getattr(s.session, "kv_mode", None) == "none" and s.session.n_past >= s.session.n_ctx:

@@ -260,14 +260,16 @@ def decode(session, logits: np.ndarray, tokenizer, sampler: Sampler, prev_ids: l
     `logits` of the last prompt id. `prev_ids` (prompt ids; the new ids are appended to it) feeds
     the repeat penalty. Fills `result` as it goes; `streamer.end()` is always called.
     constraint (llmrt.jsonmode.JsonConstraint): every id keeps the output valid, and generation
-    ends (finish "eog") when the constraint is done: the JSON object closed.
+    ends (finish "eog") when the constraint is done (the JSON text complete, nothing can follow)
+    or at an end-of-generation id it allowed, ignore_eos or not.
 
     KeyboardInterrupt: the result is finalized (finish_reason "interrupted", pending text
     released, streamer ended) and the interrupt is re-raised."""
     res = result if result is not None else GenerationResult()
     try:
         limit = _token_limit(max_new_tokens)
-        eog = frozenset() if ignore_eos else frozenset(tokenizer.eog_ids)
+        # (with a constraint, an end-of-generation id it allowed ends the text, ignore_eos or not)
+        eog = frozenset() if ignore_eos and constraint is None else frozenset(tokenizer.eog_ids)
         rel = _Release(tokenizer, stop, streamer)
     except BaseException:
         if streamer is not None:        # ended on every exit, as below

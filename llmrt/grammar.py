@@ -30,6 +30,7 @@ or two newlines and up to 20 blanks or tabs.
 from __future__ import annotations
 
 import json
+import threading
 from functools import lru_cache
 
 _MAX_RULES = 100_000     # a schema that needs more is refused (a size limit, not a grammar limit)
@@ -461,6 +462,7 @@ def check_left_recursion(g: Grammar):
 
 _CACHE: dict = {}       # schema text -> Grammar, the last _CACHE_SIZE compiled
 _CACHE_SIZE = 64
+_CACHE_LOCK = threading.Lock()      # (generate() runs from many threads)
 
 
 def schema_grammar(schema) -> Grammar:
@@ -469,7 +471,8 @@ def schema_grammar(schema) -> Grammar:
     are kept (a server's clients repeat theirs)."""
     try:
         key = json.dumps(schema, sort_keys=True)
-        g = _CACHE.get(key)
+        with _CACHE_LOCK:
+            g = _CACHE.get(key)
         if g is None:
             c = _SchemaCompiler(schema)
             c.g.root = c.compile(schema)
@@ -479,8 +482,9 @@ def schema_grammar(schema) -> Grammar:
         raise ValueError("[json_schema] the schema is nested too deeply") from None
     except TypeError as e:
         raise ValueError(f"[json_schema] the schema is not JSON: {e}") from None
-    if key not in _CACHE:
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = g
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            if len(_CACHE) >= _CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[key] = g
     return g

@@ -667,7 +667,8 @@ class Model:
         ignore_eos=True. `session` (optional) is the Session to run on, to inspect afterwards.
         logit_bias: {token id: bias} added to those logits before sampling (-inf bans a token).
         response_format: {"type": "json_object"} makes the output one JSON object (JSON mode: it
-        ends when the object closes; llmrt.jsonmode), None or {"type": "text"} free text."""
+        ends when the object closes; llmrt.jsonmode), {"type": "json_schema", "json_schema":
+        {"schema": S}} a JSON text the JSON Schema S accepts, None or {"type": "text"} free text."""
         from llmrt.generation import generate, stop_strings
 
         with contextlib.ExitStack() as held:

@@ -350,3 +350,25 @@ def test_generate_with_a_json_schema_on_a_real_model():
     jsonschema.validate(json.loads(r.stdout), CAT)
     r = CliRunner().invoke(main, ["generate", path, "-p", prompt, "-j", '{"type": "string", "pattern": "a"}'])
     assert r.exit_code == 2 and "pattern not supported" in r.stderr
+
+
+@pytest.mark.slow
+def test_a_complete_text_ends_even_with_ignore_eos():
+    """A root integer may end after any digit: end-of-generation is allowed there and, with a
+    constraint, ends the text even under ignore_eos (else its text would follow the number); at
+    most 16 digits, so it always ends."""
+    from fake_lm import real_model_path
+
+    from llmrt.generation import GenerationResult, generate
+    from llmrt.model import Model
+
+    m = Model(real_model_path("smollm2-135m-instruct"))
+    tok = m.tokenizer
+    ids = tok.encode("<|im_start|>user\nHow many legs has a cat?<|im_end|>\n<|im_start|>assistant\n",
+                     add_special=True, parse_special=True)
+    for ignore in (False, True):
+        res = GenerationResult()
+        out = generate(m.new_session(256), ids, tok, max_new_tokens=40, temperature=0, ignore_eos=ignore,
+                       response_format={"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}},
+                       result=res)
+        assert res.finish_reason == "eog" and isinstance(json.loads(tok.decode(out[len(ids):])), int)
