@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from llmrt.checks import read_utf8
-from llmrt.generation import (GenerationResult, _common_prefix, _prefill_from, decode, json_constraint,
+from llmrt.generation import (GenerationResult, _common_prefix, _prefill_from, decode, output_constraint,
                               make_sampler, stop_strings)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
@@ -463,16 +463,16 @@ class ChatSession:
         return cs
 
     def send(self, user_text: str, streamer=None, max_new_tokens: int | None = None,
-             response_format=None) -> str:
+             response_format=None, grammar=None) -> str:
         """Add a user turn, generate the answer (until an end-of-generation token), return its
         text. The streamer gets the newly evaluated prompt ids first, then the answer.
-        response_format: {"type": "json_object"} or {"type": "json_schema", ...}: this answer is
-        JSON (llmrt.jsonmode), as in Model.generate.
+        response_format ({"type": "json_object"} or {"type": "json_schema", ...}) or grammar
+        (GBNF): this answer is constrained (llmrt.jsonmode), as in Model.generate.
         KeyboardInterrupt stops the answer: what was generated is kept in the conversation and
         the interrupt is re-raised."""
         with contextlib.ExitStack() as held:
             try:            # the streamer is ended on every failure (decode ends it after this)
-                constraint = json_constraint(response_format, self.tokenizer)
+                constraint = output_constraint(self.tokenizer, response_format, grammar)
                 hold = getattr(self.session, "hold", None)
                 if hold is not None:        # the session is this turn's (Session.hold)
                     held.enter_context(hold())

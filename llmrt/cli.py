@@ -553,18 +553,23 @@ def _new_session(m, n_keep, n_discard, kv_mode):
 @click.option("-j", "--json-schema", default=None, metavar="SCHEMA",
               help="The continuation is JSON that this JSON Schema accepts (llama.cpp's flag), e.g. "
                    "'{\"type\": \"object\", \"properties\": {\"age\": {\"type\": \"integer\"}}}'.")
+@click.option("--grammar", default=None, metavar="GBNF",
+              help="The continuation matches this GBNF grammar (llama.cpp's format and flag).")
+@click.option("--grammar-file", default=None, metavar="FILE", type=click.Path(exists=True, dir_okay=False),
+              help="Read the GBNF grammar from FILE (e.g. llama.cpp's grammars/*.gbnf).")
 @_cache_options
 @_sampling_options
 @_wq_options
 @friendly_errors
-def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, json_mode, json_schema, n_keep, n_discard,
-             kv_mode, threads, ctx_size, wq, **sampling):
+def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, json_mode, json_schema, grammar,
+             grammar_file, n_keep, n_discard, kv_mode, threads, ctx_size, wq, **sampling):
     """Continue a prompt (-p PROMPT or -f FILE) with MODEL and stream the continuation."""
     import time
 
     import json
 
-    from llmrt.generation import decode, json_constraint, make_sampler, prefill
+    from llmrt.generation import decode, make_sampler, output_constraint, prefill
+    from llmrt.grammar import gbnf_grammar
     from llmrt.jsonmode import parse_response_format
     from llmrt.model import N_BATCH
     from llmrt.progress import Progress
@@ -576,15 +581,24 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, json_mode,
         prompt = read_utf8(prompt_file)
     else:
         utf8_text(prompt, "-p PROMPT")
+    given = [f for f, v in (("--json", json_mode), ("--json-schema", json_schema), ("--grammar", grammar),
+                            ("--grammar-file", grammar_file)) if v]
+    if len(given) > 1:
+        raise click.UsageError(f"give one of --json, --json-schema, --grammar, --grammar-file, not {' and '.join(given)}")
     fmt = {"type": "json_object"} if json_mode else None
     if json_schema is not None:
-        if json_mode:
-            raise click.UsageError("give --json or --json-schema, not both")
         try:
             fmt = {"type": "json_schema", "json_schema": {"schema": json.loads(json_schema)}}
             parse_response_format(fmt)          # (a schema llmrt cannot take: before the model loads)
         except ValueError as e:                 # (json.JSONDecodeError is one)
             raise click.BadParameter(str(e), param_hint="'-j' / '--json-schema'") from None
+    if grammar_file is not None:
+        grammar = read_utf8(grammar_file)
+    if grammar is not None:
+        try:
+            grammar = gbnf_grammar(grammar)     # (a syntax error: before the model loads)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--grammar-file'" if grammar_file else "'--grammar'") from None
     m = _load_model(model, threads, ctx_size, wq)
     sampler = make_sampler(n_vocab=m.n_vocab, **sampling)    # (checked before the prompt runs)
     _log(f"sampling: {sampler!r}")
@@ -605,7 +619,7 @@ def generate(model, prompt, prompt_file, n_predict, ignore_eos, stop, json_mode,
     streamer.put(ids)
     res = decode(sess, logits, m.tokenizer, sampler, list(ids), streamer=streamer,
                  max_new_tokens=n_predict, stop=stop, ignore_eos=ignore_eos,   # Ctrl-C: 130
-                 constraint=json_constraint(fmt, m.tokenizer))
+                 constraint=output_constraint(m.tokenizer, fmt, grammar))
     t2 = time.perf_counter()
     n = len(res.ids)
     _log(f"prompt {len(ids)} tokens in {t1 - t0:.2f} s ({len(ids) / max(t1 - t0, 1e-9):.1f} t/s), "

@@ -59,7 +59,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from llmrt.checks import is_int
-from llmrt.generation import _common_prefix, _Release, json_constraint, make_sampler, stop_strings
+from llmrt.generation import _common_prefix, _Release, make_sampler, output_constraint, stop_strings
 from llmrt.model import N_BATCH
 
 log = logging.getLogger("llmrt")
@@ -156,7 +156,7 @@ class Request:
         self.conversation = conversation
         self.n_keep = n_keep
         self.ids: list = []                 # generated ids (the end-of-generation id included)
-        self.constraint = None              # JSON output: a llmrt.jsonmode.JsonConstraint
+        self.constraint = None              # constrained output: a llmrt.jsonmode.Constraint
         # logprobs: None (not asked), else one TokenLogprob per generated token with top_logprobs
         # alternatives each (an ending end-of-generation id has none: it is no output)
         self.top_logprobs = top_logprobs
@@ -353,7 +353,7 @@ class Engine:
                ignore_eos: bool = False, conversation: Optional[str] = None,
                n_keep: Optional[int] = None, on_event=None, sampler=None,
                do_sample: Optional[bool] = None, logprobs: Optional[int] = None,
-               prompt_logprobs: bool = False, response_format=None, **sampling) -> Request:
+               prompt_logprobs: bool = False, response_format=None, grammar=None, **sampling) -> Request:
         """Queue a generation. prompt: token ids, or text (encoded with BOS as Model.generate).
         max_tokens: None for the engine's n_predict. sampling: temperature, top_k, top_p, min_p,
         repeat_penalty, repeat_last_n, seed, frequency_penalty, presence_penalty, logit_bias (Sampler).
@@ -364,8 +364,8 @@ class Engine:
         prompt_logprobs (needs logprobs): also every prompt id's after the first
         (Request.prompt_logprobs; what OpenAI's echo + logprobs scores); max_tokens=0 then scores
         the prompt alone. response_format: {"type": "json_object"} (one JSON object) or {"type":
-        "json_schema", "json_schema": {"schema": S}} (JSON the schema S accepts): llmrt.jsonmode;
-        the request ends with "stop" where the text is complete."""
+        "json_schema", "json_schema": {"schema": S}} (JSON the schema S accepts) or grammar (GBNF
+        text): llmrt.jsonmode; the request ends with "stop" where the text is complete."""
         if self._closing:
             raise RuntimeError("the engine is closed")
         if on_event is not None and not callable(on_event):
@@ -396,7 +396,7 @@ class Engine:
         if logprobs is not None and not 0 <= int(logprobs) <= MAX_TOP_LOGPROBS:
             raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {logprobs}")
         sampler = make_sampler(sampler, do_sample, self.model.n_vocab, **sampling)
-        constraint = json_constraint(response_format, self.tokenizer)
+        constraint = output_constraint(self.tokenizer, response_format, grammar)
         req = Request(ids, sampler, None if max_tokens < 0 else max_tokens, stop, bool(ignore_eos),
                       conversation, None if n_keep is None else int(n_keep),
                       None if logprobs is None else int(logprobs), bool(prompt_logprobs))
@@ -839,7 +839,7 @@ class Engine:
         s.prev_ids.append(tok)
         self._m["generated_tokens"] += 1
         if tok in self._eog and (not req.ignore_eos or req.constraint is not None):
-            self._finish(s, "stop")     # (JSON output: the constraint allowed it, the text is complete)
+            self._finish(s, "stop")     # (constrained: the constraint allowed it, the text is complete)
             return
         if req.top_logprobs is not None:
             lp = token_logprob(logits, tok, req.top_logprobs)
@@ -852,7 +852,7 @@ class Engine:
             req.stop_matched = s.rel.matched
             self._finish(s, "stop")
         elif req.constraint is not None and req.constraint.done:
-            self._finish(s, "stop")     # the JSON text is complete (llama.cpp's grammar: only eog next)
+            self._finish(s, "stop")     # the text is complete (llama.cpp's grammar: only eog next)
         elif req.max_tokens is not None and len(req.ids) >= req.max_tokens:
             self._finish(s, "length")
         elif getattr(s.session, "kv_mode", None) == "none" and s.session.n_past >= s.session.n_ctx:

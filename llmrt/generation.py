@@ -259,7 +259,7 @@ def decode(session, logits: np.ndarray, tokenizer, sampler: Sampler, prev_ids: l
     """Sample until eog, a stop string or max_new_tokens (None or < 0: no limit), starting from
     `logits` of the last prompt id. `prev_ids` (prompt ids; the new ids are appended to it) feeds
     the repeat penalty. Fills `result` as it goes; `streamer.end()` is always called.
-    constraint (llmrt.jsonmode.JsonConstraint): every id keeps the output valid, and generation
+    constraint (llmrt.jsonmode.Constraint): every id keeps the output valid, and generation
     ends (finish "eog") when the constraint is done (the JSON text complete, nothing can follow)
     or at an end-of-generation id it allowed, ignore_eos or not.
 
@@ -322,7 +322,7 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
              max_new_tokens: int | None = 256, sampler: Sampler | None = None,
              stop: Sequence[str] | str = (), ignore_eos: bool = False,
              do_sample: bool | None = None, result: GenerationResult | None = None,
-             response_format=None, **sampling) -> list[int]:
+             response_format=None, grammar=None, **sampling) -> list[int]:
     """Generate a continuation of `prompt_ids`; returns prompt_ids + new ids.
 
     sampling: temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed,
@@ -330,10 +330,11 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
     prefix is reused. Pass a GenerationResult as `result` to get the text and finish reason.
     response_format: {"type": "json_object"} constrains the output to one JSON object (JSON mode,
     llmrt.jsonmode), {"type": "json_schema", "json_schema": {"schema": S}} to a text the JSON
-    Schema S accepts, {"type": "text"} or None leaves it free."""
+    Schema S accepts, {"type": "text"} or None leaves it free. grammar: GBNF text (llama.cpp's
+    format) the output must match instead."""
     try:
         stop = stop_strings(stop)
-        constraint = json_constraint(response_format, tokenizer)
+        constraint = output_constraint(tokenizer, response_format, grammar)
         sampler = make_sampler(sampler, do_sample, getattr(getattr(session, "model", None), "n_vocab", None),
                                **sampling)
         _token_limit(max_new_tokens)    # checked before the prompt is evaluated
@@ -351,16 +352,18 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
     return prompt_ids + res.ids
 
 
-def json_constraint(response_format, tokenizer):
-    """A fresh JsonConstraint for response_format {"type": "json_object"} or {"type":
-    "json_schema", ...} (llmrt.jsonmode.parse_response_format), None for plain text (None or
-    {"type": "text"}); ValueError for any other value, a schema llmrt cannot take, or JSON output
-    without a tokenizer."""
-    from llmrt.jsonmode import JsonConstraint, parse_response_format
+def output_constraint(tokenizer, response_format=None, grammar=None):
+    """A fresh llmrt.jsonmode.Constraint for response_format {"type": "json_object"} or {"type":
+    "json_schema", ...} (llmrt.jsonmode.parse_response_format) or a GBNF `grammar`; None for free
+    text (neither, or {"type": "text"}). ValueError for any other value, a schema or grammar
+    llmrt cannot take, both at once, or no tokenizer."""
+    from llmrt.jsonmode import Constraint, parse_response_format
 
     mode, schema = parse_response_format(response_format)
-    if mode == "text":
+    if grammar is not None and mode != "text":
+        raise ValueError("give response_format or grammar, not both")
+    if mode == "text" and grammar is None:
         return None
     if tokenizer is None:
-        raise ValueError(f"response_format {mode} needs the model's tokenizer (the tokens' text)")
-    return JsonConstraint(tokenizer, schema)
+        raise ValueError("constrained output needs the model's tokenizer (the tokens' text)")
+    return Constraint(tokenizer, schema, grammar)

@@ -77,6 +77,19 @@ class Grammar:
     def rule(self, *alternatives) -> int:
         return self.set_rule(self.new_rule(), alternatives)
 
+    def repeat(self, elems: list, lo: int, hi) -> int:
+        """A rule for elems{lo,hi} (hi None: unbounded), as right recursion."""
+        if hi is None:
+            tail = self.new_rule()
+            self.set_rule(tail, [[], elems + ref(tail)])
+        else:
+            tail = self.rule([])
+            for _ in range(hi - lo):
+                tail = self.rule([], elems + ref(tail))
+        for _ in range(lo):
+            tail = self.rule(elems + ref(tail))
+        return tail
+
     # ---- recognition -------------------------------------------------------------------------
 
     def _expand(self, stack: tuple, out: set):
@@ -198,9 +211,7 @@ class _SchemaCompiler:
         g = self.g
         digits = _range(0x30, 0x39)
         blank = _mask(b" \t")
-        ind = g.rule([])                         # [ \t]{0,20}
-        for _ in range(20):
-            ind = g.rule([], cls(blank) + ref(ind))
+        ind = g.repeat(cls(blank), 0, 20)
         nl = g.rule(lit(b"\n"), lit(b"\n\n"))
         self.S = g.rule([], lit(b" "), ref(nl) + ref(ind))
         hexd = digits | _range(0x41, 0x46) | _range(0x61, 0x66)
@@ -209,10 +220,10 @@ class _SchemaCompiler:
         chars = g.new_rule()
         g.set_rule(chars, [[], ref(self.CHAR) + ref(chars)])
         self.STRING = g.rule(lit(b'"') + ref(chars) + lit(b'"'))
-        d15 = self._upto(cls(digits), 15)
+        d15 = g.repeat(cls(digits), 0, 15)
         integral = g.rule(lit(b"0"), cls(_range(0x31, 0x39)) + ref(d15))
         self.INTEGER = g.rule(ref(integral), lit(b"-") + ref(integral))
-        d1_16 = cls(digits) + ref(self._upto(cls(digits), 15))     # (JSON allows leading zeros there)
+        d1_16 = cls(digits) + ref(g.repeat(cls(digits), 0, 15))     # (JSON allows leading zeros there)
         frac = g.rule([], lit(b".") + d1_16)
         exp = g.rule([], cls(_mask(b"eE")) + ref(g.rule([], cls(_mask(b"+-")))) + d1_16)
         self.NUMBER = g.rule(ref(self.INTEGER) + ref(frac) + ref(exp))
@@ -225,29 +236,6 @@ class _SchemaCompiler:
                                                  self.BOOLEAN, self.NULL)])
 
     # ---- helpers ----
-    def _upto(self, elems: list, n: int) -> int:
-        """A rule for elems{0,n}."""
-        r = self.g.rule([])
-        for _ in range(n):
-            r = self.g.rule([], elems + ref(r))
-        return r
-
-    def _repeat(self, elems: list, lo: int, hi) -> int:
-        """A rule for elems{lo,hi} (hi None: unbounded)."""
-        g = self.g
-        if hi is None:
-            tail = g.new_rule()
-            g.set_rule(tail, [[], elems + ref(tail)])
-        else:
-            tail = self._upto(elems, hi - lo)
-        return g.rule(elems * lo + ref(tail)) if lo <= 64 else self._nest(elems, lo, tail)
-
-    def _nest(self, elems, lo, tail):
-        r = tail
-        for _ in range(lo):
-            r = self.g.rule(elems + ref(r))
-        return r
-
     def _object_any(self, value_rule: int) -> int:
         g, S = self.g, self.S
         kv = g.rule(ref(self.STRING) + ref(S) + lit(b":") + ref(S) + ref(value_rule))
@@ -263,7 +251,7 @@ class _SchemaCompiler:
         alts = [lit(b"[") + ref(S) + lit(b"]")] if lo == 0 else []
         if hi is None or hi >= 1:
             sep_item = ref(S) + lit(b",") + ref(S) + ref(item)
-            more = self._repeat(sep_item, max(lo - 1, 0), None if hi is None else hi - 1)
+            more = self.g.repeat(sep_item, max(lo - 1, 0), None if hi is None else hi - 1)
             alts.append(lit(b"[") + ref(S) + ref(item) + ref(more) + ref(S) + lit(b"]"))
         return g.rule(*alts)
 
@@ -356,7 +344,7 @@ class _SchemaCompiler:
                 return self.STRING
             if hi is not None and hi < lo:
                 raise ValueError(f"[json_schema] {where}: maxLength {hi} < minLength {lo}")
-            return g.rule(lit(b'"') + ref(self._repeat(ref(self.CHAR), lo, hi)) + lit(b'"'))
+            return g.rule(lit(b'"') + ref(self.g.repeat(ref(self.CHAR), lo, hi)) + lit(b'"'))
         if t == "integer":
             return self.INTEGER
         if t == "number":
@@ -453,8 +441,8 @@ def check_left_recursion(g: Grammar):
                 state[r] = 2
                 path.pop()
             elif state[nxt] == 1:
-                raise ValueError("[json_schema] the schema refers to itself before any text (left "
-                                 "recursion: e.g. a $ref whose definition is that $ref)")
+                raise ValueError("[grammar] a rule refers to itself before any text (left recursion: in a "
+                                 "JSON schema, e.g. a $ref whose definition is that $ref)")
             elif state[nxt] == 0:
                 state[nxt] = 1
                 path.append((nxt, iter(first[nxt])))
@@ -488,3 +476,301 @@ def schema_grammar(schema) -> Grammar:
                 _CACHE.pop(next(iter(_CACHE)))
             _CACHE[key] = g
     return g
+
+
+# ---- GBNF (llama.cpp's grammar format, grammars/README.md) -> grammar -----------------------------
+
+_SURROGATES = (0xD800, 0xDFFF)
+_MAX_CP = 0x10FFFF
+
+
+def _utf8_sequences(lo: int, hi: int, out: list):
+    """The UTF-8 encodings of code points lo..hi (no surrogates) as sequences of byte ranges,
+    each sequence's bytes varying independently (RE2's / utf8-ranges' split)."""
+    if lo > hi:
+        return
+    for bound in (0x7F, 0x7FF, 0xFFFF):                 # one encoded length at a time
+        if lo <= bound < hi:
+            _utf8_sequences(lo, bound, out)
+            _utf8_sequences(bound + 1, hi, out)
+            return
+    if hi <= 0x7F:
+        out.append([(lo, hi)])
+        return
+    n = len(chr(lo).encode("utf-8"))
+    for i in range(1, n):                               # continuation bytes must span 0x80..0xBF
+        m = (1 << (6 * i)) - 1
+        if lo & ~m != hi & ~m:
+            if lo & m:
+                _utf8_sequences(lo, lo | m, out)
+                _utf8_sequences((lo | m) + 1, hi, out)
+                return
+            if hi & m != m:
+                _utf8_sequences(lo, (hi & ~m) - 1, out)
+                _utf8_sequences(hi & ~m, hi, out)
+                return
+    out.append(list(zip(chr(lo).encode("utf-8"), chr(hi).encode("utf-8"))))
+
+
+def _cp_ranges_elements(ranges) -> list:
+    """Alternatives (element lists) matching one code point in `ranges` [(lo, hi)], as UTF-8."""
+    seqs: list = []
+    for lo, hi in ranges:
+        for a, b in ((lo, min(hi, _SURROGATES[0] - 1)), (max(lo, _SURROGATES[1] + 1), hi)):
+            _utf8_sequences(a, b, seqs)
+    ascii_mask = 0
+    alts = []
+    for seq in seqs:
+        if len(seq) == 1:
+            ascii_mask |= _range(*seq[0])
+        else:
+            alts.append([(0, _range(a, b)) for a, b in seq])
+    if ascii_mask:
+        alts.insert(0, cls(ascii_mask))
+    return alts
+
+
+def _normalize(ranges):
+    out = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _complement(ranges):
+    out, at = [], 0
+    for lo, hi in _normalize(ranges):
+        if lo > at:
+            out.append((at, lo - 1))
+        at = hi + 1
+    if at <= _MAX_CP:
+        out.append((at, _MAX_CP))
+    return out
+
+
+class _GbnfParser:
+    """A recursive-descent parser of GBNF text into a Grammar (rules named, root "root")."""
+
+    def __init__(self, text: str):
+        self.s, self.i = text, 0
+        self.g = Grammar()
+        self.names: dict[str, int] = {}
+        self.defined: set = set()
+
+    def closing(self, close: str, what: str) -> bool:
+        """Whether the next character is `close` (then it is consumed); an error at the end."""
+        if self.i >= len(self.s):
+            self.error(f"unterminated {what}")
+        if self.s[self.i] == close:
+            self.i += 1
+            return True
+        return False
+
+    def error(self, msg):
+        line = self.s.count("\n", 0, self.i) + 1
+        col = self.i - (self.s.rfind("\n", 0, self.i) + 1) + 1
+        raise ValueError(f"[grammar] line {line}, column {col}: {msg}")
+
+    def space(self, newlines: bool):
+        s = self.s
+        while self.i < len(s):
+            c = s[self.i]
+            if c == "#":
+                while self.i < len(s) and s[self.i] not in "\r\n":
+                    self.i += 1
+            elif c in " \t" or (newlines and c in "\r\n"):
+                self.i += 1
+            else:
+                break
+
+    def name(self) -> str:
+        j = self.i
+        while self.i < len(self.s) and (self.s[self.i].isascii() and (self.s[self.i].isalnum() or self.s[self.i] in "-_")):
+            self.i += 1
+        if j == self.i:
+            self.error("a rule name was expected")
+        return self.s[j:self.i]
+
+    def rule_id(self, name: str) -> int:
+        if name not in self.names:
+            self.names[name] = self.g.new_rule()
+        return self.names[name]
+
+    def char(self) -> int:
+        """One (possibly escaped) character of a literal or class: its code point."""
+        s = self.s
+        if self.i >= len(s):
+            self.error("unexpected end of grammar")
+        c = s[self.i]
+        self.i += 1
+        if c != "\\":
+            return ord(c)
+        if self.i >= len(s):
+            self.error("unexpected end of grammar after \\")
+        e = s[self.i]
+        self.i += 1
+        simple = {"n": 10, "r": 13, "t": 9, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45, "^": 94, "'": 39,
+                  "/": 47}
+        if e in simple:
+            return simple[e]
+        width = {"x": 2, "u": 4, "U": 8}.get(e)
+        if width is None:
+            self.error(f"unknown escape \\{e}")
+        h = s[self.i:self.i + width]
+        if len(h) != width or any(ch not in "0123456789abcdefABCDEF" for ch in h):
+            self.error(f"\\{e} needs {width} hex digits")
+        self.i += width
+        v = int(h, 16)
+        if v > _MAX_CP:
+            self.error(f"\\{e}{h} is past Unicode")
+        return v
+
+    def primary(self) -> list:
+        """One term: elements to splice into a sequence."""
+        s, g = self.s, self.g
+        c = s[self.i]
+        if c == '"':
+            self.i += 1
+            data = bytearray()
+            while not self.closing('"', "literal"):
+                cp = self.char()
+                if _SURROGATES[0] <= cp <= _SURROGATES[1]:
+                    self.error("a surrogate code point in a literal")
+                data += chr(cp).encode("utf-8")
+            return lit(bytes(data))
+        if c == "[":
+            self.i += 1
+            neg = self.i < len(s) and s[self.i] == "^"
+            if neg:
+                self.i += 1
+            ranges = []
+            while not self.closing("]", "character class"):
+                lo = self.char()
+                hi = lo
+                if self.i + 1 < len(s) and s[self.i] == "-" and s[self.i + 1] != "]":
+                    self.i += 1
+                    hi = self.char()
+                    if hi < lo:
+                        self.error(f"range {chr(lo)!r}-{chr(hi)!r} is backwards")
+                ranges.append((lo, hi))
+            ranges = _complement(ranges) if neg else _normalize(ranges)
+            if not ranges:
+                self.error("a character class that matches nothing")
+            alts = _cp_ranges_elements(ranges)
+            return alts[0] if len(alts) == 1 else ref(g.rule(*alts))
+        if c == ".":
+            self.i += 1
+            return ref(g.rule(*_cp_ranges_elements([(0, _MAX_CP)])))
+        if c == "(":
+            self.i += 1
+            self.space(True)
+            r = g.new_rule()
+            g.set_rule(r, self.alternatives(nested=True))
+            self.space(True)
+            if self.i >= len(s) or s[self.i] != ")":
+                self.error("expected ')'")
+            self.i += 1
+            return ref(r)
+        if c.isascii() and (c.isalnum() or c in "-_"):
+            return ref(self.rule_id(self.name()))
+        self.error(f"unexpected {c!r}")
+
+    def repeat_count(self) -> tuple:
+        s = self.s
+        self.i += 1                         # {
+        self.space(False)
+
+        def number():
+            j = self.i
+            while self.i < len(s) and s[self.i].isdigit():
+                self.i += 1
+            return int(s[j:self.i]) if self.i > j else None
+
+        lo = number()
+        if lo is None:
+            self.error("expected a number after '{'")
+        hi = lo
+        self.space(False)
+        if self.i < len(s) and s[self.i] == ",":
+            self.i += 1
+            self.space(False)
+            hi = number()                   # None: unbounded
+        self.space(False)
+        if self.i >= len(s) or s[self.i] != "}":
+            self.error("expected '}'")
+        self.i += 1
+        if (hi is not None and hi < lo) or lo > _MAX_LEN or (hi or 0) > _MAX_LEN:
+            self.error(f"bad repetition {{{lo},{'' if hi is None else hi}}} (at most {_MAX_LEN})")
+        return lo, hi
+
+    def sequence(self, nested: bool) -> list:
+        out: list = []
+        s = self.s
+        while True:
+            self.space(nested)
+            if self.i >= len(s) or s[self.i] in "|)\r\n":
+                return out
+            term = self.primary()
+            self.space(False)
+            while self.i < len(s) and s[self.i] in "*+?{":
+                op = s[self.i]
+                if op == "{":
+                    lo, hi = self.repeat_count()
+                else:
+                    self.i += 1
+                    lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[op]
+                term = ref(self.g.repeat(term, lo, hi))
+                self.space(False)
+            out += term
+
+    def alternatives(self, nested: bool) -> list:
+        alts = [self.sequence(nested)]
+        while self.i < len(self.s) and self.s[self.i] == "|":
+            self.i += 1
+            self.space(True)
+            alts.append(self.sequence(nested))
+        return alts
+
+    def parse(self) -> Grammar:
+        s = self.s
+        self.space(True)
+        while self.i < len(s):
+            name = self.name()
+            self.space(False)
+            if not s.startswith("::=", self.i):
+                self.error(f"expected '::=' after {name!r}")
+            self.i += 3
+            self.space(True)
+            r = self.rule_id(name)
+            if name in self.defined:
+                self.error(f"rule {name!r} is defined twice")
+            self.defined.add(name)
+            self.g.set_rule(r, self.alternatives(nested=False))
+            self.space(False)
+            if self.i < len(s) and s[self.i] not in "\r\n":
+                self.error(f"unexpected {s[self.i]!r}")
+            self.space(True)
+        undefined = sorted(set(self.names) - self.defined)
+        if undefined:
+            raise ValueError(f"[grammar] undefined rule(s): {', '.join(undefined)}")
+        if "root" not in self.names:
+            raise ValueError("[grammar] no rule named 'root'")
+        self.g.root = self.names["root"]
+        check_left_recursion(self.g)
+        return self.g
+
+
+def gbnf_grammar(text: str) -> Grammar:
+    """The Grammar of GBNF `text` (llama.cpp's format: `name ::= ...` rules, root `root`;
+    literals, [classes] with ranges and ^, `.`, groups, `*` `+` `?` `{m}` `{m,}` `{m,n}`, `#`
+    comments; Unicode classes match UTF-8 byte sequences). ValueError with the line and column of
+    a syntax error, for an undefined rule, a missing root or left recursion."""
+    if not isinstance(text, str):
+        raise ValueError(f"[grammar] a grammar is GBNF text, got {type(text).__name__}")
+    try:
+        return _GbnfParser(text).parse()
+    except RecursionError:
+        raise ValueError("[grammar] the grammar is nested too deeply") from None

@@ -1,8 +1,9 @@
-"""JSON mode and JSON schemas: constrain sampling so that the output is one JSON object (RFC
-8259), or one JSON text a JSON Schema accepts.
+"""Constrained output: sampling such that the output is one JSON object (RFC 8259), a JSON
+text a JSON Schema accepts, or a text a GBNF grammar accepts.
 
-    c = JsonConstraint(tokenizer)                 # one per generation (it keeps the text so far)
-    c = JsonConstraint(tokenizer, schema={"type": "object", "properties": {...}})
+    c = Constraint(tokenizer)                     # one per generation (it keeps the text so far)
+    c = Constraint(tokenizer, schema={"type": "object", "properties": {...}})
+    c = Constraint(tokenizer, grammar='root ::= "yes" | "no"')     # GBNF, llama.cpp's format
     tok = sampler.sample(logits, prev_ids, constraint=c)    # only ids that keep the JSON valid
     c.accept(tok)                                 # ... and c.done once the text is complete
 
@@ -12,8 +13,9 @@ valid JSON text, and generation ends when the outer object closes (the constrain
 callers stop there, as llama.cpp's grammar then allows only end-of-generation). With a schema
 (`{"type": "json_schema", "json_schema": {"schema": ...}}`, llama.cpp's `json_schema`), the
 schema is compiled to a grammar (llmrt.grammar, the subset llama.cpp's converter takes) and the
-output is a text it accepts; end-of-generation is allowed wherever the text may end, and
-generation stops where nothing else can follow.
+output is a text it accepts; a GBNF grammar (llama.cpp's `grammar`, `--grammar`) likewise.
+End-of-generation is allowed wherever the text may end, and generation stops where nothing else
+can follow.
 Whitespace between tokens is limited to WS_MAX bytes in a row (llama.cpp's grammar allows a
 newline and up to 20 blanks), so a model cannot fill its budget with spaces; inside strings,
 control bytes are refused and bytes >= 0x80 pass (the model's UTF-8). Special tokens and
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmrt.grammar import GrammarState, schema_grammar
+from llmrt.grammar import Grammar, GrammarState, gbnf_grammar, schema_grammar
 
 WS_MAX = 32     # whitespace bytes in a row outside strings
 
@@ -230,13 +232,21 @@ def vocab_tables(tokenizer) -> _VocabTables:
     return t
 
 
-class JsonConstraint:
-    """The token-level constraint of one generation (see the module docstring). schema: a JSON
-    Schema (dict) the output must satisfy; None: any JSON object."""
+class Constraint:
+    """The token-level constraint of one generation (see the module docstring): the output is
+    one JSON object (neither argument), a JSON text the JSON Schema `schema` (a dict) accepts, or
+    a text the grammar `grammar` accepts (GBNF text, or a llmrt.grammar.Grammar)."""
 
-    def __init__(self, tokenizer, schema=None):
+    def __init__(self, tokenizer, schema=None, grammar=None):
+        if schema is not None and grammar is not None:
+            raise ValueError("give a JSON schema or a grammar, not both")
         self._t = vocab_tables(tokenizer)
-        self.state = JsonState() if schema is None else GrammarState(schema_grammar(schema))
+        if grammar is not None:
+            self.state = GrammarState(grammar if isinstance(grammar, Grammar) else gbnf_grammar(grammar))
+        elif schema is not None:
+            self.state = GrammarState(schema_grammar(schema))
+        else:
+            self.state = JsonState()
         self.text = bytearray()         # the accepted bytes
 
     @property

@@ -655,7 +655,7 @@ class Model:
                  ctx_size: Optional[int] = None, do_sample: Optional[bool] = None,
                  n_keep: Optional[int] = None, n_discard: Optional[int] = None,
                  kv_mode: Optional[str] = None, session: Optional[Session] = None,
-                 logit_bias=None, response_format=None) -> List[int]:
+                 logit_bias=None, response_format=None, grammar=None) -> List[int]:
         """Generate after a prompt (ids, or text encoded with the model's tokenizer). Returns the
         prompt ids followed by the new ids (Hugging Face convention). temperature=0 is greedy.
 
@@ -668,7 +668,8 @@ class Model:
         logit_bias: {token id: bias} added to those logits before sampling (-inf bans a token).
         response_format: {"type": "json_object"} makes the output one JSON object (JSON mode: it
         ends when the object closes; llmrt.jsonmode), {"type": "json_schema", "json_schema":
-        {"schema": S}} a JSON text the JSON Schema S accepts, None or {"type": "text"} free text."""
+        {"schema": S}} a JSON text the JSON Schema S accepts, None or {"type": "text"} free text;
+        grammar: GBNF text (llama.cpp's format) the output must match instead."""
         from llmrt.generation import generate, stop_strings
 
         with contextlib.ExitStack() as held:
@@ -706,4 +707,4 @@ class Model:
                             max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                             top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
                             repeat_last_n=repeat_last_n, seed=seed, stop=stop, ignore_eos=ignore_eos,
-                            logit_bias=logit_bias, response_format=response_format)
+                            logit_bias=logit_bias, response_format=response_format, grammar=grammar)

@@ -143,7 +143,7 @@ class Sampler:
 
     def sample(self, logits, prev_ids: Sequence[int] = (), constraint=None) -> int:
         """One token id from `logits` ([n_vocab]) given the ids seen so far (prompt + output).
-        constraint (e.g. llmrt.jsonmode.JsonConstraint): as llama.cpp's grammar sampler, the chain
+        constraint (e.g. llmrt.jsonmode.Constraint): as llama.cpp's grammar sampler, the chain
         picks from the unconstrained logits first; if `constraint.allows` refuses that id, the
         logits are masked (`constraint.mask`: refused ids at -inf) and the chain runs again (one
         more draw). The caller advances the constraint with the id returned."""

@@ -43,6 +43,7 @@ from typing import Any, Optional
 
 from llmrt import __version__
 from llmrt.checks import id_text, is_int, is_number
+from llmrt.grammar import gbnf_grammar
 from llmrt.jsonmode import parse_response_format, vocab_tables
 
 log = logging.getLogger("llmrt")
@@ -110,7 +111,6 @@ _UNSUPPORTED = (
     ("functions", lambda v: v == [], "no function calling"),
     ("tool_choice", lambda v: v in ("none", "auto"), "no tool calling"),   # (auto: with no tools,
     ("function_call", lambda v: v in ("none", "auto"), "no function calling"),   # none)
-    ("grammar", lambda v: v == "", "no GBNF grammars: use response_format json_object or json_schema"),
     ("suffix", lambda v: v == "", "no insertion after a suffix"),
     ("best_of", lambda v: v == 1, "one completion per request"),
 )
@@ -246,6 +246,11 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
         kw["response_format"] = {"type": "json_object"}
     elif mode == "json_schema":
         kw["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
+    grammar = _opt_type(body, "grammar", str, "a string (GBNF)")
+    if grammar:                         # llama-server's field ("" is none)
+        if mode != "text":
+            raise APIError(400, "give 'grammar' or a JSON response_format / json_schema, not both", param="grammar")
+        kw["grammar"] = grammar         # (parsed by the route, off the event loop)
     if n > 1:
         kw["n"] = n
     lp = parse_logprobs(body, chat)
@@ -763,15 +768,21 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         return min(n, engine.n_ctx // 2)
 
     async def common_kw(body: dict, chat: bool) -> dict:
-        """parse_common's engine arguments plus logit_bias (its texts tokenized) and, for JSON
-        mode, the tokenizer's tables made (once), both off the event loop."""
+        """parse_common's engine arguments plus logit_bias (its texts tokenized), the GBNF grammar
+        parsed and, for constrained output, the tokenizer's tables made (once): off the event loop."""
         kw = parse_common(body, engine.n_ctx, chat=chat)
         lb = await run_in_threadpool(parse_logit_bias, body, model.n_vocab, tok)
         if lb:
             kw["logit_bias"] = lb
-        if "response_format" in kw:
+        if "grammar" in kw:
+            try:
+                kw["grammar"] = await run_in_threadpool(gbnf_grammar, kw["grammar"])
+            except ValueError as e:
+                raise APIError(400, str(e), param="grammar") from None
+        if "response_format" in kw or "grammar" in kw:
             if tok is None:
-                raise APIError(400, "this model has no tokenizer: no JSON output", param="response_format")
+                raise APIError(400, "this model has no tokenizer: no constrained output",
+                               param="grammar" if "grammar" in kw else "response_format")
             await run_in_threadpool(vocab_tables, tok)
         return kw
 

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from llmrt.grammar import GrammarState, schema_grammar
+from llmrt.grammar import GrammarState, gbnf_grammar, schema_grammar
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test extra (pip install -e .[test])")
 
@@ -188,3 +188,111 @@ def test_a_schema_nested_too_deeply_is_an_error():
         s = {"type": "array", "items": s}
     with pytest.raises(ValueError, match="nested too deeply"):
         schema_grammar(s)
+
+
+# ---- GBNF ------------------------------------------------------------------------------------------
+
+def gbnf_accepts(text_grammar, s: str) -> bool:
+    st = GrammarState(gbnf_grammar(text_grammar))
+    return st.feed_bytes(s.encode("utf-8")) and st.can_end
+
+
+ARITH = r"""
+# integers with + - * / and parentheses, no unary signs
+root   ::= expr
+expr   ::= term (("+" | "-") term)*
+term   ::= factor (("*" | "/") factor)*
+factor ::= "0" | [1-9] [0-9]{0,5} | "(" expr ")"
+"""
+
+
+def python_arith(s: str) -> bool:
+    """The reference: Python's own parser, keeping the expressions ARITH describes (binary
+    operators on integer literals of at most 6 digits)."""
+    import ast
+    try:
+        tree = ast.parse(s, mode="eval")
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant):
+            if not isinstance(node.value, int) or len(str(node.value)) > 6:
+                return False
+        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            return False
+    # (Python takes "00"; ARITH, as JSON, no leading zeros)
+    return " " not in s and "_" not in s and not re.search(r"(?<![0-9])0[0-9]", s)
+
+
+def test_gbnf_arithmetic_agrees_with_pythons_parser(rng):
+    alphabet = list("0123456789+-*/()") + ["1", "2", "(", ")"]
+    seen_ok = 0
+    for _ in range(4000):
+        s = "".join(rng.choice(alphabet, int(rng.integers(1, 10))))
+        ref = python_arith(s)
+        assert gbnf_accepts(ARITH, s) == ref, s
+        seen_ok += ref
+    assert seen_ok > 100
+
+
+def test_gbnf_unicode_classes_match_code_points(rng):
+    """[lo-hi] and [^lo-hi] compiled to UTF-8 byte sequences accept exactly the code points
+    in (or out of) the range, one character each; a lone continuation byte or a surrogate never."""
+    points = [0x41, 0x7F, 0x80, 0x7FF, 0x800, 0xFFF, 0x1000, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF, 0x10000, 0x3FFFF,
+              0x40000, 0x10FFFF]
+    for _ in range(60):
+        lo, hi = sorted(int(v) for v in rng.choice(points + list(rng.integers(0, 0x10FFFF, 4)), 2))
+        if lo == hi or 0xD800 <= lo <= 0xDFFF or 0xD800 <= hi <= 0xDFFF:
+            continue
+        pos = gbnf_grammar(f"root ::= [\\U{lo:08X}-\\U{hi:08X}]")
+        neg = gbnf_grammar(f"root ::= [^\\U{lo:08X}-\\U{hi:08X}]")
+        probes = [lo, hi, lo - 1, hi + 1] + [int(v) for v in rng.integers(0, 0x110000, 40)]
+        for cp in probes:
+            if not 0 <= cp <= 0x10FFFF or 0xD800 <= cp <= 0xDFFF:
+                continue
+            b = chr(cp).encode("utf-8")
+            for g, want in ((pos, lo <= cp <= hi), (neg, not lo <= cp <= hi)):
+                st = GrammarState(g)
+                assert (st.feed_bytes(b) and st.can_end) == want, (hex(lo), hex(hi), hex(cp))
+    any_char = gbnf_grammar("root ::= .")
+    for bad in (b"\x80", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf5\x80\x80\x80"):   # continuation, surrogate, overlong, > U+10FFFF
+        st = GrammarState(any_char)
+        assert not (st.feed_bytes(bad) and st.can_end), bad
+
+
+@pytest.mark.parametrize("g,yes,no", [
+    (r'root ::= "a"{2,3}', ["aa", "aaa"], ["a", "aaaa"]),
+    (r'root ::= "a"{2,}', ["aa", "aaaaa"], ["a"]),
+    (r'root ::= "a"{2}', ["aa"], ["a", "aaa"]),
+    (r'root ::= "a"? "b"+ "c"*', ["b", "abbcc", "bc"], ["a", "ac", ""]),
+    ('root ::= ( "x" |  # a group over two lines\n   "y" ) z\nz ::= "!"', ["x!", "y!"], ["x", "z!"]),
+    (r'root ::= "\x41\u00e9\n\"\\"', ['A\u00e9\n"\\'], ["A"]),
+    (r'root ::= [^a-z\n]+', ["ABC 12", "\u4e2d"], ["abc", "A\n"]),
+])
+def test_gbnf_constructs(g, yes, no):
+    for s in yes:
+        assert gbnf_accepts(g, s), (g, s)
+    for s in no:
+        assert not gbnf_accepts(g, s), (g, s)
+
+
+@pytest.mark.parametrize("g,needle", [
+    ('root ::= x', "undefined rule(s): x"),
+    ('start ::= "a"', "no rule named 'root'"),
+    ('root ::= root "a"', "left recursion"),
+    ('root ::= a\na ::= "b"? root', "left recursion"),
+    ('root ::= "a" )', "line 1, column 14: unexpected ')'"),
+    ('root ::= "a"\nroot ::= "b"', "line 2, column 10: rule 'root' is defined twice"),
+    ('root ::= [z-a]', "is backwards"),
+    ('root ::= "\\q"', "unknown escape \\q"),
+    ('root ::= "ab', "unterminated literal"),
+    ('root ::= [ab', "unterminated character class"),
+    ('root ::= "a"{3,1}', "bad repetition"),
+    ('root ::= "a"{99999}', "bad repetition"),
+    ('root = "a"', "expected '::='"),
+    ('root ::= [^\\x00-\\U0010FFFF]', "matches nothing"),
+    ('root ::= ' + "(" * 3000 + '"a"' + ")" * 3000, "nested too deeply"),
+])
+def test_gbnf_errors(g, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        gbnf_grammar(g)

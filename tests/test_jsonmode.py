@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from llmrt.jsonmode import WS_MAX, JsonConstraint, JsonState, parse_response_format
+from llmrt.jsonmode import WS_MAX, Constraint, JsonState, parse_response_format
 from llmrt.sampling import Sampler
 
 
@@ -149,7 +149,7 @@ class FakeTokenizer:
         return self.pieces, self.special
 
 
-def brute_allowed(c: JsonConstraint, tok: FakeTokenizer) -> set:
+def brute_allowed(c: Constraint, tok: FakeTokenizer) -> set:
     out = set(tok.eog_ids) if c.state.can_end else set()
     for i, p in enumerate(tok.pieces):
         if tok.special[i] or not p or i in tok.eog_ids:
@@ -165,11 +165,15 @@ PERSON = {"type": "object", "properties": {
     "required": ["name"]}
 
 
-@pytest.mark.parametrize("schema", [None, PERSON, {"type": "integer"}], ids=["json_object", "person", "integer"])
-def test_constraint_matches_brute_force_along_random_walks(rng, schema):
+YES_NO = 'root ::= ("yes" | "no") (", " [a-z ]{1,12})? "."'
+
+
+@pytest.mark.parametrize("schema,grammar", [(None, None), (PERSON, None), ({"type": "integer"}, None), (None, YES_NO)],
+                         ids=["json_object", "person", "integer", "gbnf"])
+def test_constraint_matches_brute_force_along_random_walks(rng, schema, grammar):
     tok = FakeTokenizer(rng)
     for walk in range(30):
-        c = JsonConstraint(tok, schema)
+        c = Constraint(tok, schema, grammar)
         for step in range(40):
             allowed = brute_allowed(c, tok)
             assert {i for i in range(tok.n_vocab) if c.allows(i)} == allowed
@@ -194,13 +198,15 @@ def test_constraint_matches_brute_force_along_random_walks(rng, schema):
                 assert {i for i in range(tok.n_vocab) if c.allows(i)} == set(tok.eog_ids)
                 assert set(np.flatnonzero(np.isfinite(c.mask(logits)))) == set(tok.eog_ids)
                 break
-        if schema is None:
+        if schema is None and grammar is None:
             assert JsonState().feed_bytes(bytes(c.text))
+        if grammar is not None:
+            assert re.fullmatch(r"(yes|no)(, [a-z ]{1,12})?\.?", bytes(c.text).decode()), bytes(c.text)
 
 
 def test_accept_refuses_a_token_that_breaks_the_json(rng):
     tok = FakeTokenizer(rng)
-    c = JsonConstraint(tok)
+    c = Constraint(tok)
     with pytest.raises(ValueError, match="does not continue the JSON"):
         c.accept(tok.pieces.index(b"}"))
     c.accept(tok.pieces.index(b"{"))
@@ -211,7 +217,7 @@ def test_accept_refuses_a_token_that_breaks_the_json(rng):
 
 def test_a_ban_of_every_continuation_is_a_clear_error(rng):
     tok = FakeTokenizer(rng)
-    c = JsonConstraint(tok)
+    c = Constraint(tok)
     logits = np.zeros(tok.n_vocab, dtype=np.float32)
     s = Sampler(temperature=0, logit_bias={i: -np.inf for i, p in enumerate(tok.pieces) if p.startswith(b"{")})
     with pytest.raises(ValueError, match="no token can continue"):
@@ -372,3 +378,41 @@ def test_a_complete_text_ends_even_with_ignore_eos():
                        response_format={"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}},
                        result=res)
         assert res.finish_reason == "eog" and isinstance(json.loads(tok.decode(out[len(ids):])), int)
+
+
+@pytest.mark.slow
+def test_gbnf_grammar_on_a_real_model(tmp_path):
+    """A GBNF grammar through Model.generate, ChatSession.send, the CLI's --grammar-file and
+    Engine.submit: the answers match the grammar (a regular one here, checked by Python's re)."""
+    from click.testing import CliRunner
+
+    from fake_lm import real_model_path
+    from llmrt.chat import ChatSession
+    from llmrt.cli import main
+    from llmrt.engine import Engine
+    from llmrt.model import Model
+
+    pattern = re.compile(r"(yes|no)(, [a-z ]{1,12})?\.")
+    path = real_model_path("smollm2-135m-instruct")
+    m = Model(path)
+    tok = m.tokenizer
+    prompt = "<|im_start|>user\nIs the sky blue?<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok.encode(prompt, add_special=True, parse_special=True)
+    for seed, temp in ((0, 0.0), (1, 0.8)):
+        out = m.generate(ids, max_new_tokens=40, temperature=temp, seed=seed, grammar=YES_NO)
+        assert pattern.fullmatch(tok.decode(out[len(ids):])), tok.decode(out[len(ids):])
+    chat = ChatSession(m, temperature=0, max_new_tokens=40)
+    assert pattern.fullmatch(chat.send("Is the sky blue?", grammar=YES_NO))
+    with pytest.raises(ValueError, match="not both"):
+        chat.send("x", grammar=YES_NO, response_format={"type": "json_object"})
+    f = tmp_path / "yes_no.gbnf"
+    f.write_text(YES_NO + "\n")
+    r = CliRunner().invoke(main, ["generate", path, "-p", prompt, "--grammar-file", str(f), "--temp", "0"])
+    assert r.exit_code == 0 and pattern.fullmatch(r.stdout.rstrip("\n")), r.output
+    r = CliRunner().invoke(main, ["generate", path, "-p", prompt, "--grammar", "root ::= (", "--temp", "0"])
+    assert r.exit_code == 2 and "line 1, column 11: expected ')'" in r.stderr
+    with Engine(m, n_parallel=2, ctx_size=256) as eng:
+        reqs = [eng.submit(ids, max_tokens=40, temperature=0.8, seed=s, grammar=YES_NO) for s in range(2)]
+        for q in reqs:
+            q.wait()
+            assert q.finish_reason == "stop" and pattern.fullmatch(q.text), q.text

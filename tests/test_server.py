@@ -602,7 +602,7 @@ BAD = [
     (json.dumps({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {"schema": {
         "type": "string", "pattern": "^a"}}}}).encode(), 400, "pattern not supported"),
     (json.dumps({"messages": MSG, "response_format": "json"}).encode(), 400, "response_format must be"),
-    (json.dumps({"messages": MSG, "grammar": "root ::= \"a\""}).encode(), 400, "'grammar' is not supported"),
+    (json.dumps({"messages": MSG, "grammar": 5}).encode(), 400, "'grammar' must be a string (GBNF)"),
     (json.dumps({"messages": MSG, "json_schema": {"type": "nothing"}}).encode(), 400, "is not a JSON type"),
     (json.dumps({"messages": MSG, "json_schema": {}, "response_format": {"type": "json_object"}}).encode(), 400,
      "either 'response_format' or 'json_schema'"),
@@ -676,6 +676,26 @@ def test_json_schema(server):
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["finish_reason"] == "stop"
     jsonschema.validate(json.loads(r.json()["choices"][0]["text"]), schema)
+
+
+def test_gbnf_grammar(server):
+    """llama-server's `grammar` field (GBNF), chat and completions, streamed or not; a syntax
+    error is a 400 naming its line and column."""
+    import re as re_
+    g = 'root ::= ("yes" | "no") (", " [a-z ]{1,12})? "."'
+    pattern = re_.compile(r"(yes|no)(, [a-z ]{1,12})?\.")
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=TIMEOUT, json={
+        "messages": [{"role": "user", "content": "Is the sky blue?"}], "temperature": 0, "grammar": g})
+    assert r.status_code == 200, r.text
+    assert pattern.fullmatch(r.json()["choices"][0]["message"]["content"])
+    parts = [ch.choices[0].text for ch in server.client.completions.create(
+        model="m", prompt="Is the sky blue?", stream=True, temperature=0.8, seed=1, extra_body={"grammar": g})]
+    assert pattern.fullmatch("".join(parts)), parts
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={"prompt": "x", "grammar": "root ::= ("})
+    assert r.status_code == 400 and "line 1, column 11" in r.json()["error"]["message"]
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
+        "prompt": "x", "grammar": g, "response_format": {"type": "json_object"}})
+    assert r.status_code == 400 and "not both" in r.json()["error"]["message"]
 
 
 def test_unsupported_fields_at_their_off_values_are_accepted(server):

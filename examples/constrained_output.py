@@ -1,12 +1,14 @@
-"""JSON output: the answer is one JSON object, or JSON that a JSON Schema accepts.
+"""Constrained output: the answer is one JSON object, JSON that a JSON Schema accepts, or text
+that a GBNF grammar accepts.
 
-    python examples/json_mode.py [MODEL]
+    python examples/constrained_output.py [MODEL]
 
 1. Model.generate with response_format={"type": "json_object"}: every token keeps the text a
    prefix of a valid JSON object, and generation ends where the object closes.
 2. The same question without it (the model's own choice of format).
 3. A JSON Schema (OpenAI's response_format json_schema): the answer has these keys, these types.
-4. Over HTTP (llmrt serve): OpenAI's response_format, if a server runs at $LLMRT_URL.
+4. A GBNF grammar (llama.cpp's format): a yes / no answer with a short reason.
+5. Over HTTP (llmrt serve): OpenAI's response_format, if a server runs at $LLMRT_URL.
 MODEL: a GGUF path or a short name (default: smollm2-135m-instruct, fetched on first use).
 """
 import json
@@ -43,7 +45,14 @@ fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
 out = model.generate(prompt, max_new_tokens=400, temperature=0, response_format=fmt)
 print("\nschema:   ", json.loads(tok.decode(out[len(prompt):])))
 
-# 4. the server: llmrt serve MODEL --port 8080, then LLMRT_URL=http://127.0.0.1:8080
+# 4. a GBNF grammar
+grammar = 'root ::= ("yes" | "no") ", because " [a-z ]{1,60} "."'
+ask = tok.encode("<|im_start|>user\nIs the sky blue?<|im_end|>\n<|im_start|>assistant\n",
+                 add_special=True, parse_special=True)
+out = model.generate(ask, max_new_tokens=60, temperature=0, grammar=grammar)
+print("\ngrammar:  ", tok.decode(out[len(ask):]))
+
+# 5. the server: llmrt serve MODEL --port 8080, then LLMRT_URL=http://127.0.0.1:8080
 url = os.environ.get("LLMRT_URL")
 if url:
     from openai import OpenAI
@@ -55,3 +64,6 @@ if url:
     print("\nserver, json_object:", json.loads(r.choices[0].message.content))
     r = client.chat.completions.create(model="any", messages=msgs, temperature=0, response_format=fmt)
     print("server, json_schema:", json.loads(r.choices[0].message.content))
+    r = client.chat.completions.create(model="any", messages=[{"role": "user", "content": "Is the sky blue?"}],
+                                       temperature=0, extra_body={"grammar": grammar})    # llama-server's field
+    print("server, grammar:", r.choices[0].message.content)
