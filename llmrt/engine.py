@@ -168,7 +168,9 @@ class Request:
         self.finish_reason: Optional[str] = None   # stop | length | cancelled | error
         self.stop_matched: Optional[str] = None
         self.error: Optional[str] = None
-        self.error_type: Optional[str] = None      # timeout (no slot in time) | internal | closed
+        # timeout (no slot in time) | internal | closed | invalid (what it asked cannot be met,
+        # e.g. its grammar and logit_bias leave no token)
+        self.error_type: Optional[str] = None
         self.usage = Usage(prompt_tokens=len(prompt_ids))
         self.slot: Optional[int] = None
         self.t_submit = time.monotonic()
@@ -829,9 +831,12 @@ class Engine:
             else:
                 tok = req.sampler.sample(logits, s.prev_ids, constraint=req.constraint)
                 req.constraint.accept(tok)
-        except ValueError as e:         # e.g. non-finite logits: this request, not the step's others
-            log.error("llmrt: request %d: %s", req.id, e)
-            self._finish(s, "error", error=f"{type(e).__name__}: {e}")
+        except Exception as e:          # e.g. non-finite logits, a grammar too ambiguous, no token
+            log.error("llmrt: request %d: %s", req.id, e)   # left by the grammar and logit_bias:
+            # this request, not the step's others; a constraint's refusal is the request's own
+            self._finish(s, "error", error=f"{type(e).__name__}: {e}",
+                         error_type="invalid" if req.constraint is not None and isinstance(e, ValueError)
+                         else "internal")
             return
         if req.t_first is None:
             req.t_first = time.monotonic()

@@ -1,40 +1,52 @@
-"""Context-free grammars over bytes, and JSON Schema compiled to one (what llama.cpp's
-json_schema_to_grammar does), for constrained sampling (llmrt.jsonmode).
+"""Context-free grammars over bytes: JSON Schema compiled to one (what llama.cpp's
+json_schema_to_grammar does) and GBNF (llama.cpp's grammar format) parsed to one, for
+constrained sampling (llmrt.jsonmode).
 
     g = schema_grammar({"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]})
     st = GrammarState(g)
     st.feed_bytes(b'{"age": 3}') and st.done      # True
+    gbnf_grammar('root ::= ("yes" | "no") "."')
 
 A grammar is a list of rules, a rule a list of alternatives, an alternative a sequence of elements:
 a byte class (a 256-bit mask) or a reference to a rule. Recognition is llama.cpp's (src/llama-
 grammar.cpp): the state is the set of stacks of positions that can follow the bytes so far; each
 stack's top is a byte class (references are expanded as soon as they are on top, and a finished
 alternative is popped), a byte advances every stack whose top accepts it, and the empty stack
-means "complete". Grammars must not be left-recursive (the compiler below makes none). Repetition
-is right recursion whose finished frames are dropped at once, so a long string does not grow the
-stacks. Byte classes: JSON is ASCII outside strings, and a string's characters are matched byte by
-byte (any byte >= 0x20 but '"' and '\\': UTF-8 passes whole), so string lengths (minLength,
-maxLength) count bytes. Numbers take up to 16 digits in each part (llama.cpp's bound).
+means "complete". Left recursion is refused (check_left_recursion). Repetition is right
+recursion whose finished frames are dropped at once, so a long string does not grow the stacks.
+A grammar so ambiguous that the readings of the text multiply (more than _MAX_STACKS) is a
+ValueError at that byte, and grammars past _MAX_RULES rules / _MAX_ELEMENTS elements are refused:
+one request cannot hang a server or fill its memory. Characters are UTF-8 byte sequences (a class
+over code points compiles to alternatives of byte ranges).
 
-JSON Schema, the subset llama.cpp's converter handles: type (one or a list), enum, const,
-properties / required / additionalProperties (the listed properties in their order, the optional
-ones skippable; without additionalProperties no others, as llama.cpp), items, minItems /
-maxItems, minLength / maxLength, anyOf / oneOf, allOf of one schema, $ref to #/$defs/... or
-#/definitions/... (recursion included), and {} / true for any value. Annotations (title,
-description, default, examples, $schema, $id, $comment, format, ...) are ignored; a keyword that
-would constrain what this compiler cannot (pattern, minimum, maximum, multipleOf, uniqueItems,
-prefixItems, not, if/then/else, patternProperties, ...) is a ValueError naming it, never a
-silently looser grammar. Whitespace between tokens is llama.cpp's `space`: none, one blank, or one
-or two newlines and up to 20 blanks or tabs.
+JSON Schema, the subset llama.cpp's converter handles: type (one or a list), enum, const (beside
+type: its values of that type), properties / required / additionalProperties (the properties in
+the schema's order, the optional ones skippable, required names without a schema last with any
+value; without additionalProperties no others, as llama.cpp; with it, other keys are printable
+ASCII without escapes and none of the declared names), items, minItems / maxItems, minLength /
+maxLength (in characters; an escaped surrogate pair is not allowed there), anyOf, oneOf (read as
+anyOf, as llama.cpp does: a text two branches accept is possible), allOf of one schema, $ref to
+#/$defs/... or #/definitions/... (recursion included), and {} / true for any value. Annotations
+(title, description, default, examples, $schema, $id, $comment, format, ...) are ignored; a
+keyword that would constrain what this compiler cannot (pattern, minimum, maximum, multipleOf,
+uniqueItems, prefixItems, not, if/then/else, patternProperties, ...), or $ref / enum / anyOf /
+allOf beside other constraints, is a ValueError naming it, never a silently looser grammar.
+Numbers take up to 16 digits in each part (llama.cpp's bound). Whitespace between tokens is
+llama.cpp's `space`: none, one blank, or one or two newlines and up to 20 blanks or tabs.
 """
 from __future__ import annotations
 
 import json
 import threading
-from functools import lru_cache
 
-_MAX_RULES = 100_000     # a schema that needs more is refused (a size limit, not a grammar limit)
-_MAX_LEN = 4096          # bounded repetitions (maxLength, maxItems) up to this many
+_MAX_RULES = 100_000     # a grammar or schema that needs more is refused (size limits, so that one
+_MAX_ELEMENTS = 400_000  # request cannot hold gigabytes or the CPU for seconds)
+_MAX_LEN = 4096          # bounded repetitions (maxLength, maxItems, {m,n}) up to this many
+_MAX_STACKS = 2048       # readings of the text so far a state may hold: an ambiguous grammar that
+                         # multiplies them (e.g. root ::= "x" root "y" | "x" root "z" | "") is an
+                         # error, not an exponential hang
+_MAX_STEPS = 200_000     # rule expansions per byte, likewise
+_MEMO_STACKS = 1 << 20   # the advance memo is cleared when its states hold more stacks than this
 
 
 def _mask(chars) -> int:
@@ -59,11 +71,14 @@ class Grammar:
         self.rules: list[list[int]] = []            # rule -> alternative ids
         self.alts: list[tuple] = []                 # alternative id -> elements
         self.root = None
-        self._advance = lru_cache(maxsize=1 << 16)(self._advance_uncached)
+        self.n_elements = 0
+        self._start = None
+        self._memo: dict = {}                       # (stacks, byte) -> stacks
+        self._memo_stacks = 0
 
     def new_rule(self) -> int:
         if len(self.rules) >= _MAX_RULES:
-            raise ValueError(f"[json_schema] the schema needs more than {_MAX_RULES} grammar rules")
+            raise ValueError(f"[grammar] more than {_MAX_RULES} grammar rules: too large")
         self.rules.append([])
         return len(self.rules) - 1
 
@@ -72,6 +87,9 @@ class Grammar:
         for a in alternatives:
             self.alts.append(tuple(a))
             self.rules[r].append(len(self.alts) - 1)
+            self.n_elements += len(a) + 1
+        if self.n_elements > _MAX_ELEMENTS:
+            raise ValueError(f"[grammar] more than {_MAX_ELEMENTS} grammar elements: too large")
         return r
 
     def rule(self, *alternatives) -> int:
@@ -92,47 +110,63 @@ class Grammar:
 
     # ---- recognition -------------------------------------------------------------------------
 
-    def _expand(self, stack: tuple, out: set):
-        """The stacks `stack` stands for with a byte class on top (or () when it is complete)."""
-        while stack:
-            alt, pos = stack[-1]
-            elems = self.alts[alt]
-            if pos == len(elems):
-                stack = stack[:-1]
-                continue
-            kind, val = elems[pos]
-            if kind == 0:
-                out.add(stack)
-                return
-            # a reference: its continuation (dropped when it is the alternative's end) under each
-            # alternative of the rule
-            rest = stack[:-1] + ((alt, pos + 1),) if pos + 1 < len(elems) else stack[:-1]
-            for a in self.rules[val]:
-                self._expand(rest + ((a, 0),), out)
-            return
-        out.add(())
+    def _expand(self, todo: list) -> frozenset:
+        """The stacks the stacks in `todo` stand for with a byte class on top (() for a complete
+        text). Iterative (a deep chain of references is no Python recursion); ValueError past
+        _MAX_STACKS stacks or _MAX_STEPS expansions."""
+        out: set = set()
+        steps = 0
+        while todo:
+            stack = todo.pop()
+            while stack:
+                alt, pos = stack[-1]
+                elems = self.alts[alt]
+                if pos == len(elems):
+                    stack = stack[:-1]
+                    continue
+                kind, val = elems[pos]
+                if kind == 0:
+                    out.add(stack)
+                    break
+                # a reference: its continuation (dropped when it is the alternative's end) under
+                # each alternative of the rule
+                rest = stack[:-1] + ((alt, pos + 1),) if pos + 1 < len(elems) else stack[:-1]
+                todo.extend(rest + ((a, 0),) for a in self.rules[val])
+                steps += len(self.rules[val])
+                break
+            else:
+                out.add(())
+            if len(out) > _MAX_STACKS or steps > _MAX_STEPS:
+                raise ValueError(f"[grammar] the grammar is too ambiguous here: more than "
+                                 f"{_MAX_STACKS} ways to read the text so far")
+        return frozenset(out)
 
     def start(self) -> frozenset:
-        out: set = set()
-        for a in self.rules[self.root]:
-            self._expand(((a, 0),), out)
-        return frozenset(out)
-
-    def _advance_uncached(self, stacks: frozenset, b: int) -> frozenset:
-        out: set = set()
-        bit = 1 << b
-        for st in stacks:
-            if not st:
-                continue
-            alt, pos = st[-1]
-            if self.alts[alt][pos][1] & bit:
-                elems = self.alts[alt]
-                self._expand(st[:-1] + ((alt, pos + 1),) if pos + 1 < len(elems) else st[:-1], out)
-        return frozenset(out)
+        """The stacks before any byte (made once)."""
+        if self._start is None:
+            self._start = self._expand([((a, 0),) for a in self.rules[self.root]])
+        return self._start
 
     def advance(self, stacks: frozenset, b: int) -> frozenset:
-        """The stacks after byte b (empty: b cannot come next). Memoized."""
-        return self._advance(stacks, b)
+        """The stacks after byte b (empty: b cannot come next). Memoized (the memo is cleared
+        past _MEMO_STACKS stacks)."""
+        key = (stacks, b)
+        out = self._memo.get(key)
+        if out is None:
+            bit = 1 << b
+            todo = []
+            for st in stacks:
+                if st:
+                    alt, pos = st[-1]
+                    elems = self.alts[alt]
+                    if elems[pos][1] & bit:
+                        todo.append(st[:-1] + ((alt, pos + 1),) if pos + 1 < len(elems) else st[:-1])
+            out = self._expand(todo)
+            if self._memo_stacks > _MEMO_STACKS:
+                self._memo, self._memo_stacks = {}, 0
+            self._memo[key] = out
+            self._memo_stacks += len(out) + 1
+        return out
 
     def next_bytes(self, stacks: frozenset) -> int:
         """The mask of the bytes that can come next."""
@@ -215,11 +249,18 @@ class _SchemaCompiler:
         nl = g.rule(lit(b"\n"), lit(b"\n\n"))
         self.S = g.rule([], lit(b" "), ref(nl) + ref(ind))
         hexd = digits | _range(0x41, 0x46) | _range(0x61, 0x66)
+        # one character of a string: printable ASCII but '"' and '\\', a whole UTF-8 character,
+        # or an escape; UNIT (for minLength / maxLength, which count characters) refuses escaped
+        # surrogates, whose pairs are one character in two escapes
+        self.PLAIN = _range(0x20, 0x7F) & ~_mask(b'"\\')
+        self.MULTI = g.rule(*_cp_ranges_elements([(0x80, _MAX_CP)]))
         esc = g.rule(cls(_mask(b'"\\/bfnrt')), lit(b"u") + cls(hexd) * 4)
-        self.CHAR = g.rule(cls(_ALL & ~_range(0, 0x1F) & ~_mask(b'"\\')), lit(b"\\") + ref(esc))
-        chars = g.new_rule()
-        g.set_rule(chars, [[], ref(self.CHAR) + ref(chars)])
-        self.STRING = g.rule(lit(b'"') + ref(chars) + lit(b'"'))
+        self.CHAR = g.rule(cls(self.PLAIN), ref(self.MULTI), lit(b"\\") + ref(esc))
+        not_d = hexd & ~_mask(b"dD")
+        u_bmp = g.rule(cls(not_d) + cls(hexd) * 3, cls(_mask(b"dD")) + cls(_range(0x30, 0x37)) + cls(hexd) * 2)
+        esc1 = g.rule(cls(_mask(b'"\\/bfnrt')), lit(b"u") + ref(u_bmp))
+        self.UNIT = g.rule(cls(self.PLAIN), ref(self.MULTI), lit(b"\\") + ref(esc1))
+        self.STRING = g.rule(lit(b'"') + ref(g.repeat(ref(self.CHAR), 0, None)) + lit(b'"'))
         d15 = g.repeat(cls(digits), 0, 15)
         integral = g.rule(lit(b"0"), cls(_range(0x31, 0x39)) + ref(d15))
         self.INTEGER = g.rule(ref(integral), lit(b"-") + ref(integral))
@@ -236,6 +277,24 @@ class _SchemaCompiler:
                                                  self.BOOLEAN, self.NULL)])
 
     # ---- helpers ----
+    def _key_not_in(self, names) -> int:
+        """The content and closing quote of a key of printable ASCII characters (no escapes)
+        that is none of `names`: a trie of the names, left by any character off its paths."""
+        g = self.g
+        free = g.rule(ref(g.repeat(cls(self.PLAIN), 0, None)) + lit(b'"'))
+
+        def build(node: dict) -> int:
+            kids = [c for c in node if c is not None]
+            alts = [lit(bytes([c])) + ref(build(node[c])) for c in kids]
+            off = self.PLAIN & ~_mask(kids)
+            if off:
+                alts.append(cls(off) + ref(free))
+            if None not in node:
+                alts.append(lit(b'"'))
+            return g.rule(*alts)
+
+        return build(_ascii_trie(names))
+
     def _object_any(self, value_rule: int) -> int:
         g, S = self.g, self.S
         kv = g.rule(ref(self.STRING) + ref(S) + lit(b":") + ref(S) + ref(value_rule))
@@ -286,14 +345,27 @@ class _SchemaCompiler:
         if unknown:
             raise ValueError(f"[json_schema] {where}: {', '.join(sorted(unknown))} not supported "
                              f"(supported: {', '.join(sorted(_HANDLED))})")
+        # a keyword that takes the whole value ($ref, const, enum, anyOf, oneOf, allOf) beside
+        # others that constrain it would need their intersection: refused, never one of them
+        # dropped (const / enum beside type: the values of that type)
+        whole = [k for k in ("$ref", "const", "enum", "anyOf", "oneOf", "allOf") if k in s]
+        if whole:
+            others = sorted((set(s) & _HANDLED) - {whole[0]} - ({"type"} if whole[0] in ("const", "enum") else set()))
+            if others:
+                raise ValueError(f"[json_schema] {where}: {whole[0]} beside {', '.join(others)} is not "
+                                 f"supported (the value must satisfy all: put them in one schema)")
         if "$ref" in s:
             return self._ref(s["$ref"], where)
-        if "const" in s:
-            return g.rule(self._literal(s["const"]))
-        if "enum" in s:
-            if not isinstance(s["enum"], list) or not s["enum"]:
+        if "const" in s or "enum" in s:
+            values = [s["const"]] if "const" in s else s["enum"]
+            if not isinstance(values, list) or not values:
                 raise ValueError(f"[json_schema] {where}.enum must be a non-empty list")
-            return g.rule(*[self._literal(v) for v in s["enum"]])
+            if "type" in s:
+                types = s["type"] if isinstance(s["type"], list) else [s["type"]]
+                values = [v for v in values if any(_is_type(v, t) for t in types)]
+                if not values:
+                    raise ValueError(f"[json_schema] {where}: no enum / const value is of type {s['type']!r}")
+            return g.rule(*[self._literal(v) for v in values])
         for key in ("anyOf", "oneOf"):
             if key in s:
                 subs = s[key]
@@ -344,7 +416,7 @@ class _SchemaCompiler:
                 return self.STRING
             if hi is not None and hi < lo:
                 raise ValueError(f"[json_schema] {where}: maxLength {hi} < minLength {lo}")
-            return g.rule(lit(b'"') + ref(self.g.repeat(ref(self.CHAR), lo, hi)) + lit(b'"'))
+            return g.rule(lit(b'"') + ref(self.g.repeat(ref(self.UNIT), lo, hi)) + lit(b'"'))
         if t == "integer":
             return self.INTEGER
         if t == "number":
@@ -362,18 +434,19 @@ class _SchemaCompiler:
         g, S = self.g, self.S
         props = s.get("properties")
         extra = s.get("additionalProperties")
-        if props is None:
-            if extra is False:
-                return g.rule(lit(b"{") + ref(S) + lit(b"}"))
-            return self._object_any(self.VALUE if extra in (None, True) else self.compile(extra, f"{where}.additionalProperties"))
-        if not isinstance(props, dict):
-            raise ValueError(f"[json_schema] {where}.properties must be an object")
         required = s.get("required", [])
         if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
             raise ValueError(f"[json_schema] {where}.required must be a list of names")
-        missing = [k for k in required if k not in props]
-        if missing:
-            raise ValueError(f"[json_schema] {where}.required names {missing} that are not in its properties")
+        if props is None and not required:
+            if extra is False:
+                return g.rule(lit(b"{") + ref(S) + lit(b"}"))
+            return self._object_any(self.VALUE if extra in (None, True) else self.compile(extra, f"{where}.additionalProperties"))
+        if props is None:
+            props = {}
+        if not isinstance(props, dict):
+            raise ValueError(f"[json_schema] {where}.properties must be an object")
+        # required names without a schema: any value, after the described ones
+        props = dict(props, **{k: True for k in required if k not in props})
         names = list(props)
         kvs = [g.rule(lit(json.dumps(k, ensure_ascii=False).encode("utf-8")) + ref(S) + lit(b":") + ref(S)
                       + ref(self.compile(props[k], f"{where}.properties.{k}"))) for k in names]
@@ -381,9 +454,9 @@ class _SchemaCompiler:
         # rest[first]: what may follow the properties before i (first: none of them was written)
         if extra in (None, False):
             rest = {True: g.rule([]), False: g.rule([])}
-        else:
+        else:                           # other names: printable ASCII keys that are none of names
             ev = self.VALUE if extra is True else self.compile(extra, f"{where}.additionalProperties")
-            kv = g.rule(ref(self.STRING) + ref(S) + lit(b":") + ref(S) + ref(ev))
+            kv = g.rule(lit(b'"') + ref(self._key_not_in(names)) + ref(S) + lit(b":") + ref(S) + ref(ev))
             more = g.new_rule()
             g.set_rule(more, [[], sep + ref(kv) + ref(more)])
             rest = {True: g.rule([], ref(kv) + ref(more)), False: g.rule([], sep + ref(kv) + ref(more))}
@@ -395,6 +468,33 @@ class _SchemaCompiler:
                 new[first] = g.rule(write) if k in required else g.rule(write, ref(rest[first]))
             rest = new
         return g.rule(lit(b"{") + ref(S) + ref(rest[True]) + ref(S) + lit(b"}"))
+
+
+def _ascii_trie(names) -> dict:
+    """A trie (dicts by byte; key None marks an end) of the names that are printable ASCII
+    without '"' or '\\' (the only ones an additional key of such characters can equal)."""
+    root: dict = {}
+    for k in names:
+        b = k.encode("utf-8")
+        if all(0x20 <= c < 0x7F and c not in b'"\\' for c in b):
+            node = root
+            for c in b:
+                node = node.setdefault(c, {})
+            node[None] = True
+    return root
+
+
+def _is_type(v, t) -> bool:
+    """Whether the JSON value v is of JSON Schema type t (1.0 is an integer, as JSON Schema says)."""
+    if t == "null":
+        return v is None
+    if t == "boolean":
+        return isinstance(v, bool)
+    if t in ("number", "integer"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        return t == "number" or float(v).is_integer()
+    return isinstance(v, {"string": str, "array": (list, tuple), "object": dict}.get(t, ()))
 
 
 def _count(s: dict, key: str, where: str, default=0):
@@ -714,7 +814,7 @@ class _GbnfParser:
             if self.i >= len(s) or s[self.i] in "|)\r\n":
                 return out
             term = self.primary()
-            self.space(False)
+            self.space(nested)
             while self.i < len(s) and s[self.i] in "*+?{":
                 op = s[self.i]
                 if op == "{":
@@ -723,7 +823,7 @@ class _GbnfParser:
                     self.i += 1
                     lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[op]
                 term = ref(self.g.repeat(term, lo, hi))
-                self.space(False)
+                self.space(nested)
             out += term
 
     def alternatives(self, nested: bool) -> list:
@@ -765,9 +865,10 @@ class _GbnfParser:
 
 def gbnf_grammar(text: str) -> Grammar:
     """The Grammar of GBNF `text` (llama.cpp's format: `name ::= ...` rules, root `root`;
-    literals, [classes] with ranges and ^, `.`, groups, `*` `+` `?` `{m}` `{m,}` `{m,n}`, `#`
-    comments; Unicode classes match UTF-8 byte sequences). ValueError with the line and column of
-    a syntax error, for an undefined rule, a missing root or left recursion."""
+    literals, [classes] with ranges and ^, `.`, groups, `*` `+` `?` `{m}` `{m,}` `{m,n}` (n up
+    to 4096), `#` comments; Unicode classes match UTF-8 byte sequences; not llama.cpp's token
+    terms `<[id]>` / `<token>`). ValueError with the line and column of a syntax error, for an
+    undefined rule, a missing root, left recursion or a grammar past the size limits."""
     if not isinstance(text, str):
         raise ValueError(f"[grammar] a grammar is GBNF text, got {type(text).__name__}")
     try:

@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 from llmrt import __version__
 from llmrt.checks import id_text, is_int, is_number
-from llmrt.grammar import gbnf_grammar
+from llmrt.grammar import gbnf_grammar, schema_grammar
 from llmrt.jsonmode import parse_response_format, vocab_tables
 
 log = logging.getLogger("llmrt")
@@ -114,6 +114,12 @@ _UNSUPPORTED = (
     ("suffix", lambda v: v == "", "no insertion after a suffix"),
     ("best_of", lambda v: v == 1, "one completion per request"),
 )
+
+
+def _started(g):
+    """g, with its start state made (memoized on it; ValueError if it is too ambiguous there)."""
+    g.start()
+    return g
 
 
 def parse_logprobs(body: dict, chat: bool) -> Optional[int]:
@@ -234,18 +240,20 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     _opt_type(body, "user", str, "a string")
     param = "response_format"
     try:
-        mode, schema = parse_response_format(body.get("response_format"))
+        mode, schema = parse_response_format(body.get("response_format"), compile=False)
         if body.get("json_schema") is not None:         # llama-server's field
             param = "json_schema"
             if mode != "text":
                 raise ValueError("give either 'response_format' or 'json_schema', not both")
-            mode, schema = parse_response_format({"type": "json_schema", "json_schema": {"schema": body["json_schema"]}})
+            mode, schema = parse_response_format({"type": "json_schema", "json_schema": {"schema": body["json_schema"]}},
+                                                 compile=False)
     except ValueError as e:
         raise APIError(400, str(e), param=param) from None
     if mode == "json_object":
         kw["response_format"] = {"type": "json_object"}
-    elif mode == "json_schema":
+    elif mode == "json_schema":         # (compiled by the route, off the event loop)
         kw["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
+        kw["_schema_param"] = param
     grammar = _opt_type(body, "grammar", str, "a string (GBNF)")
     if grammar:                         # llama-server's field ("" is none)
         if mode != "text":
@@ -589,6 +597,8 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         if req.error_type == "timeout":
             return APIError(503, req.error, type_="server_busy", code="timeout",
                             headers={"Retry-After": "1"})
+        if req.error_type == "invalid":     # (its constraint could not be met)
+            return APIError(400, f"generation failed: {req.error}")
         return APIError(500, f"generation failed: {req.error}")
 
     def echoed(req, lpf) -> tuple:
@@ -774,11 +784,19 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
         lb = await run_in_threadpool(parse_logit_bias, body, model.n_vocab, tok)
         if lb:
             kw["logit_bias"] = lb
+        # a schema or grammar compiled, and its start state made, off the event loop (a large
+        # one takes a while; the limits in llmrt.grammar bound it)
         if "grammar" in kw:
             try:
-                kw["grammar"] = await run_in_threadpool(gbnf_grammar, kw["grammar"])
+                kw["grammar"] = await run_in_threadpool(lambda: _started(gbnf_grammar(kw["grammar"])))
             except ValueError as e:
                 raise APIError(400, str(e), param="grammar") from None
+        param = kw.pop("_schema_param", None)
+        if param is not None:
+            try:
+                await run_in_threadpool(lambda: _started(schema_grammar(kw["response_format"]["json_schema"]["schema"])))
+            except ValueError as e:
+                raise APIError(400, str(e), param=param) from None
         if "response_format" in kw or "grammar" in kw:
             if tok is None:
                 raise APIError(400, "this model has no tokenizer: no constrained output",

@@ -142,6 +142,47 @@ def test_done_and_can_end():
     assert st.feed_bytes(b'"ab') and not st.can_end and st.feed(ord('"')) and st.done
 
 
+def test_what_a_review_found_looser_than_the_schema_is_not():
+    """Each of these texts validated nowhere but was accepted (jsonschema says no to all)."""
+    cases = [
+        ({"properties": {"a": {"type": "integer"}}, "additionalProperties": True}, ['{"a": "x"}', '{"a": 1, "a": "x"}']),
+        ({"type": "string", "enum": ["a", 1]}, ["1"]),
+        ({"type": "object", "required": ["a"]}, ["{}"]),
+        ({"type": "string", "minLength": 2}, ['"\u00e9"', '"\\u00e9"', '"\\ud83d\\ude00"']),   # é, é, 😀
+    ]
+    for schema, texts in cases:
+        for t in texts:
+            assert not accepts(schema, t), (schema, t)
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(json.loads(t), schema)
+    assert accepts({"properties": {"a": {"type": "integer"}}, "additionalProperties": True}, '{"a": 1, "b": "x"}')
+    assert accepts({"type": "object", "required": ["a"]}, '{"a": [1]}')
+    assert accepts({"type": "string", "enum": ["a", 1]}, '"a"')
+    assert accepts({"type": "string", "minLength": 2}, '"\u00e9\u00e9"')
+
+
+def test_ambiguous_grammars_are_an_error_not_a_hang():
+    import time
+    t0 = time.monotonic()
+    st = GrammarState(gbnf_grammar('root ::= "x" root "y" | "x" root "z" | ""'))
+    with pytest.raises(ValueError, match="too ambiguous"):
+        st.feed_bytes(b"x" * 40)
+    d = {"t": {"anyOf": [{"type": "array", "items": {"$ref": "#/$defs/t"}},
+                         {"type": "array", "items": {"$ref": "#/$defs/t"}, "minItems": 1}]}}
+    st = GrammarState(schema_grammar({"$defs": d, "$ref": "#/$defs/t"}))
+    with pytest.raises(ValueError, match="too ambiguous"):
+        st.feed_bytes(b"[" * 40)
+    with pytest.raises(ValueError, match="too ambiguous"):      # 2^20 readings before any byte
+        gbnf_grammar("root ::= r0\n" + "".join(f'r{i} ::= r{i + 1} "a" | r{i + 1} "b"\n' for i in range(20))
+                     + 'r20 ::= "c"\n').start()
+    with pytest.raises(ValueError, match="grammar elements: too large"):
+        schema_grammar({"const": [0] * 700000})
+    assert time.monotonic() - t0 < 30
+    st = GrammarState(gbnf_grammar("root ::= r0\n" + "".join(f"r{i} ::= r{i + 1}\n" for i in range(3000))
+                                   + 'r3000 ::= "a"\n'))       # a deep chain: no Python recursion
+    assert st.feed_bytes(b"a") and st.done
+
+
 def test_property_order_required_and_extra():
     s = SCHEMAS["person"]
     assert accepts(s, '{"name": "a", "age": 1}')
@@ -163,7 +204,11 @@ def test_property_order_required_and_extra():
     ({"$ref": "http://x/y"}, "only #/$defs/NAME"),
     ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "left recursion"),
     ({"$defs": {"a": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}, "left recursion"),
-    ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "not in its properties"),
+    ({"type": "string", "enum": ["a"], "minLength": 2}, "enum beside minLength is not supported"),
+    ({"$ref": "#/$defs/a", "type": "string", "$defs": {"a": {}}}, "$ref beside type is not supported"),
+    ({"properties": {"a": {}}, "anyOf": [{"required": ["a"]}]}, "anyOf beside properties is not supported"),
+    ({"allOf": [{"type": "integer"}], "type": "string"}, "allOf beside type is not supported"),
+    ({"type": "integer", "const": "x"}, "no enum / const value is of type 'integer'"),
     ({"type": "array", "minItems": 3, "maxItems": 2}, "maxItems 2 < minItems 3"),
     ({"type": "string", "maxLength": 10 ** 6}, "more than this compiler takes"),
     ({"allOf": [{}, {}]}, "only a list of one schema"),

@@ -135,7 +135,7 @@ class FakeTokenizer:
 
     def __init__(self, rng):
         pieces = [b"<eos>", b"<ctl>", b""]
-        pieces += [bytes([b]) for b in range(32, 127)]
+        pieces += [bytes([b]) for b in range(32, 127)] + [bytes([b]) for b in range(0x80, 0xC0)]   # (byte fallback)
         words = ['{"', '":', '",', '"}', '}', ']}', ' "', "name", "age", " 12", "1.5", "e3", "\\n", "\\u",
                  "00e9", "true", "nul", "l", ", ", ":\n", "\n  ", '{"a', "x\"", '"}\n', "\t", "\xe4\xbd"]
         pieces += [w.encode("latin-1") for w in words]

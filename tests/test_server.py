@@ -698,6 +698,26 @@ def test_gbnf_grammar(server):
     assert r.status_code == 400 and "not both" in r.json()["error"]["message"]
 
 
+def test_grammars_that_cannot_be_served_are_4xx_and_harm_no_one(server):
+    """A grammar whose readings multiply (pushed along by logit_bias), a schema past the size
+    limit, a grammar whose start alone has 2^20 readings: each a 400 of its own, in seconds; the
+    server answers the next request."""
+    t0 = time.monotonic()
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
+        "prompt": "x", "max_tokens": 60, "temperature": 0, "logit_bias": [["x", 100]],
+        "grammar": 'root ::= "x" root "y" | "x" root "z" | ""'})
+    assert r.status_code == 400 and "too ambiguous" in r.json()["error"]["message"], r.text
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={
+        "prompt": "x", "json_schema": {"const": [0] * 700000}})
+    assert r.status_code == 400 and "too large" in r.json()["error"]["message"]
+    g = "root ::= r0\n" + "".join(f'r{i} ::= r{i + 1} "a" | r{i + 1} "b"\n' for i in range(20)) + 'r20 ::= "c"\n'
+    r = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT, json={"prompt": "x", "grammar": g})
+    assert r.status_code == 400 and "too ambiguous" in r.json()["error"]["message"]
+    assert time.monotonic() - t0 < 60
+    r = server.client.completions.create(model="m", prompt="Hi", max_tokens=3, temperature=0)
+    assert r.choices[0].finish_reason == "length"
+
+
 def test_unsupported_fields_at_their_off_values_are_accepted(server):
     """What clients send by default (an empty tools list, response_format text, ...) is fine."""
     r = httpx.post(server.url + "/v1/chat/completions", timeout=TIMEOUT, json={
