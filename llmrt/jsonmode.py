@@ -14,15 +14,15 @@ callers stop there, as llama.cpp's grammar then allows only end-of-generation). 
 (`{"type": "json_schema", "json_schema": {"schema": ...}}`, llama.cpp's `json_schema`), the
 schema is compiled to a grammar (llmrt.grammar, the subset llama.cpp's converter takes) and the
 output is a text it accepts; a GBNF grammar (llama.cpp's `grammar`, `--grammar`) likewise.
-End-of-generation is allowed wherever the text may end, and generation stops where nothing else
-can follow.
-Whitespace between tokens is limited to WS_MAX bytes in a row (llama.cpp's grammar allows a
-newline and up to 20 blanks), so a model cannot fill its budget with spaces; inside strings,
-control bytes are refused and bytes >= 0x80 pass (the model's UTF-8). Special tokens and
-end-of-generation are refused until the object is done.
+End-of-generation is allowed wherever the text may end (JSON mode: once the object is done),
+special tokens never, and generation stops where nothing else can follow. In JSON mode
+whitespace between tokens is limited to WS_MAX bytes in a row (llama.cpp's grammar allows a
+newline and up to 20 blanks), so a model cannot fill its budget with spaces, and inside strings
+control bytes are refused and bytes >= 0x80 pass (the model's UTF-8; a schema's strings take
+whole UTF-8 characters).
 
-Both check each token's bytes (Tokenizer.token_to_piece), so a byte token that is a part of
-a UTF-8 character is judged by that byte. Sampling follows llama.cpp's grammar sampler: the chain
+All three check each token's bytes (Tokenizer.token_to_piece), so a byte token that is a part
+of a UTF-8 character is judged by that byte. Sampling follows llama.cpp's grammar sampler: the chain
 picks a token from the unconstrained logits, and only if that token is refused are the logits
 masked (every refused id to -inf) and the chain run again (Sampler.sample).
 """
@@ -265,14 +265,14 @@ class Constraint:
     def accept(self, tok: int):
         """Advance over token `tok`, which must be allowed (ValueError otherwise)."""
         if not self.allows(tok):
-            raise ValueError(f"[json] token {tok} ({self._t.pieces[tok]!r}) does not continue the JSON "
+            raise ValueError(f"[constraint] token {tok} ({self._t.pieces[tok]!r}) does not continue the "
                              f"text {bytes(self.text[-40:])!r}")
         if tok not in self._t.eog:
             self.state.feed_bytes(self._t.pieces[tok])
             self.text += self._t.pieces[tok]
 
     def mask(self, logits: np.ndarray, need: int = 0) -> np.ndarray:
-        """A copy of `logits` ([n_vocab]) with every id that cannot continue the JSON at -inf. The
+        """A copy of `logits` ([n_vocab]) with every id that cannot continue the text at -inf. The
         ids are tried from the most likely down; need > 0 stops after that many allowed ones (the
         sampler's top_k, 1 for greedy: the rest could not be chosen anyway). ValueError if no id
         with a finite logit is allowed."""
@@ -293,7 +293,7 @@ class Constraint:
                 if len(keep) == need:
                     break
         if not keep:
-            raise ValueError(f"[json] no token can continue the JSON text {bytes(self.text[-40:])!r} "
+            raise ValueError(f"[constraint] no token can continue the text {bytes(self.text[-40:])!r} "
                              f"(banned by logit_bias?)")
         out = np.full(logits.shape, -np.inf, dtype=logits.dtype)
         out[keep] = logits[keep]

@@ -207,7 +207,7 @@ def test_constraint_matches_brute_force_along_random_walks(rng, schema, grammar)
 def test_accept_refuses_a_token_that_breaks_the_json(rng):
     tok = FakeTokenizer(rng)
     c = Constraint(tok)
-    with pytest.raises(ValueError, match="does not continue the JSON"):
+    with pytest.raises(ValueError, match="does not continue the text"):
         c.accept(tok.pieces.index(b"}"))
     c.accept(tok.pieces.index(b"{"))
     assert not c.allows(0) and not c.allows(1)          # eog, a control token: not until done
