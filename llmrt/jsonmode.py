@@ -304,13 +304,13 @@ _FORMS = ('{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", 
           '{"schema": {...}}}')
 
 
-def parse_response_format(fmt, compile: bool = True):
+def parse_response_format(fmt, compile_schema: bool = True):
     """OpenAI's response_format -> (mode, schema): None or {"type": "text"} -> ("text", None),
     {"type": "json_object"} -> ("json_object", None) (llama.cpp's {"type": "json_object",
     "schema": S} -> ("json_schema", S)), {"type": "json_schema", "json_schema": {"schema": S, ...}}
     -> ("json_schema", S) (no "schema": {}, any JSON). ValueError for any other value; with
-    compile (the default) the schema is compiled here (cached), so a schema llmrt cannot take is
-    one now too."""
+    compile_schema (the default) the schema is compiled here (cached), so a schema llmrt cannot
+    take is one now too."""
     if fmt is None:
         return "text", None
     if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
@@ -326,6 +326,6 @@ def parse_response_format(fmt, compile: bool = True):
         schema = fmt["json_schema"].get("schema", {})
     else:
         raise ValueError(f"response_format must be {_FORMS}, got {fmt!r}")
-    if compile:
+    if compile_schema:
         schema_grammar(schema).start()  # (ValueError: what the schema asks that llmrt cannot do)
     return "json_schema", schema

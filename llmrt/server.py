@@ -240,20 +240,19 @@ def parse_common(body: dict, n_ctx: int, chat: bool = True) -> dict:
     _opt_type(body, "user", str, "a string")
     param = "response_format"
     try:
-        mode, schema = parse_response_format(body.get("response_format"), compile=False)
+        mode, schema = parse_response_format(body.get("response_format"), compile_schema=False)
         if body.get("json_schema") is not None:         # llama-server's field
             param = "json_schema"
             if mode != "text":
                 raise ValueError("give either 'response_format' or 'json_schema', not both")
             mode, schema = parse_response_format({"type": "json_schema", "json_schema": {"schema": body["json_schema"]}},
-                                                 compile=False)
+                                                 compile_schema=False)
     except ValueError as e:
         raise APIError(400, str(e), param=param) from None
     if mode == "json_object":
         kw["response_format"] = {"type": "json_object"}
     elif mode == "json_schema":         # (compiled by the route, off the event loop)
         kw["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
-        kw["_schema_param"] = param
     grammar = _opt_type(body, "grammar", str, "a string (GBNF)")
     if grammar:                         # llama-server's field ("" is none)
         if mode != "text":
@@ -791,12 +790,12 @@ def create_app(engine, model_name: str, template=None, *, n_keep="auto",
                 kw["grammar"] = await run_in_threadpool(lambda: _started(gbnf_grammar(kw["grammar"])))
             except ValueError as e:
                 raise APIError(400, str(e), param="grammar") from None
-        param = kw.pop("_schema_param", None)
-        if param is not None:
+        if kw.get("response_format", {}).get("type") == "json_schema":
             try:
                 await run_in_threadpool(lambda: _started(schema_grammar(kw["response_format"]["json_schema"]["schema"])))
             except ValueError as e:
-                raise APIError(400, str(e), param=param) from None
+                raise APIError(400, str(e), param="json_schema" if body.get("json_schema") is not None
+                               else "response_format") from None
         if "response_format" in kw or "grammar" in kw:
             if tok is None:
                 raise APIError(400, "this model has no tokenizer: no constrained output",
