@@ -59,7 +59,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from llmrt.checks import is_int
-from llmrt.generation import _common_prefix, _Release, make_sampler, output_constraint, stop_strings
+from llmrt.generation import _common_prefix, _Release, make_sampler, output_constraint, sample_next, stop_strings
 from llmrt.model import N_BATCH
 
 log = logging.getLogger("llmrt")
@@ -826,11 +826,7 @@ class Engine:
             self._finish(s, "length")
             return
         try:
-            if req.constraint is None:
-                tok = req.sampler.sample(logits, s.prev_ids)
-            else:
-                tok = req.sampler.sample(logits, s.prev_ids, constraint=req.constraint)
-                req.constraint.accept(tok)
+            tok = sample_next(req.sampler, logits, s.prev_ids, req.constraint)
         except Exception as e:          # e.g. non-finite logits, a grammar too ambiguous, no token
             log.error("llmrt: request %d: %s", req.id, e)   # left by the grammar and logit_bias:
             # this request, not the step's others; a constraint's refusal is the request's own

@@ -278,11 +278,7 @@ def decode(session, logits: np.ndarray, tokenizer, sampler: Sampler, prev_ids: l
     res.finish_reason = "length"
     try:
         while limit < 0 or len(res.ids) < limit:
-            if constraint is None:
-                tok = sampler.sample(logits, prev_ids)
-            else:
-                tok = sampler.sample(logits, prev_ids, constraint=constraint)
-                constraint.accept(tok)
+            tok = sample_next(sampler, logits, prev_ids, constraint)
             res.ids.append(tok)
             prev_ids.append(tok)
             if tok in eog:
@@ -350,6 +346,16 @@ def generate(session, prompt_ids: Sequence[int], tokenizer, *, streamer=None,
                  max_new_tokens=max_new_tokens, stop=stop, ignore_eos=ignore_eos, result=result,
                  constraint=constraint)
     return prompt_ids + res.ids
+
+
+def sample_next(sampler, logits, prev_ids, constraint=None) -> int:
+    """The next id: sampler.sample(logits, prev_ids), within `constraint` (then advanced over it)
+    if there is one (a caller's own sampler without a constraint parameter serves free text)."""
+    if constraint is None:
+        return sampler.sample(logits, prev_ids)
+    tok = sampler.sample(logits, prev_ids, constraint=constraint)
+    constraint.accept(tok)
+    return tok
 
 
 def output_constraint(tokenizer, response_format=None, grammar=None):

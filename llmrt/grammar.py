@@ -47,6 +47,8 @@ _MAX_STACKS = 2048       # readings of the text so far a state may hold: an ambi
                          # error, not an exponential hang
 _MAX_STEPS = 200_000     # rule expansions per byte, likewise
 _MEMO_STACKS = 1 << 20   # the advance memo is cleared when its states hold more stacks than this
+_MAX_CP = 0x10FFFF                  # the last code point
+_SURROGATES = (0xD800, 0xDFFF)      # code points UTF-8 does not encode
 
 
 def _mask(chars) -> int:
@@ -298,8 +300,7 @@ class _SchemaCompiler:
     def _object_any(self, value_rule: int) -> int:
         g, S = self.g, self.S
         kv = g.rule(ref(self.STRING) + ref(S) + lit(b":") + ref(S) + ref(value_rule))
-        more = g.new_rule()
-        g.set_rule(more, [[], ref(S) + lit(b",") + ref(S) + ref(kv) + ref(more)])
+        more = g.repeat(ref(S) + lit(b",") + ref(S) + ref(kv), 0, None)
         return g.rule(lit(b"{") + ref(S) + lit(b"}"),
                       lit(b"{") + ref(S) + ref(kv) + ref(more) + ref(S) + lit(b"}"))
 
@@ -457,8 +458,7 @@ class _SchemaCompiler:
         else:                           # other names: printable ASCII keys that are none of names
             ev = self.VALUE if extra is True else self.compile(extra, f"{where}.additionalProperties")
             kv = g.rule(lit(b'"') + ref(self._key_not_in(names)) + ref(S) + lit(b":") + ref(S) + ref(ev))
-            more = g.new_rule()
-            g.set_rule(more, [[], sep + ref(kv) + ref(more)])
+            more = g.repeat(sep + ref(kv), 0, None)
             rest = {True: g.rule([], ref(kv) + ref(more)), False: g.rule([], sep + ref(kv) + ref(more))}
         for i in range(len(names) - 1, -1, -1):
             k = names[i]
@@ -580,8 +580,6 @@ def schema_grammar(schema) -> Grammar:
 
 # ---- GBNF (llama.cpp's grammar format, grammars/README.md) -> grammar -----------------------------
 
-_SURROGATES = (0xD800, 0xDFFF)
-_MAX_CP = 0x10FFFF
 
 
 def _utf8_sequences(lo: int, hi: int, out: list):
