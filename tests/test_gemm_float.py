@@ -10,9 +10,13 @@ gemm_f_bf16_avx512.c with vdpbf16ps, and their emulated twins gemm_f_emu512.c / 
       (weights, and activations as mul_mat's QUANTIZE node rounds them): each output is a sum of K
       exact products (fp32 fma, or vdpbf16ps on bf16 x bf16: exact in f32) added along a path of at
       most K / 8 + 8 roundings of 2^-24 (avx2: K / 8 steps into one lane of its one chain, 8 lanes
-      summed in 3 adds; the 512-bit levels: K / 64 steps into one lane of one of 4 chains, chains and
-      16 lanes summed in 6 adds; a double tail), so |got - ref| <= (K / 8 + 8) · 2^-24 · Σ|w·a|
-      (+ the final rounding to f32).
+      summed in 3 adds; the 512-bit levels: K / 16 steps (fma) or K / 16 adds (vdpbf16ps: two per
+      step of 32) into one lane of one chain, 16 lanes summed in 4 adds; a double tail), so
+      |got - ref| <= (K / 8 + 8) · 2^-24 · Σ|w·a| (+ the final rounding to f32);
+  (d) at the 512-bit levels (real and emulated): vec_dot is a numpy statement of the order
+      gemm_f_w.inc documents (llamafile's tinyBLAS<16, __m512>: one chain of 16 lanes, GCC's
+      _mm512_reduce_add_ps, a double tail; vdpbf16ps: odd then even product of each pair per lane),
+      bit for bit, so (b) pins the packed kernels to it too.
 
 Run: python -m pytest -q tests/test_gemm_float.py
 """
@@ -170,3 +174,60 @@ def test_bf16_uses_vdpbf16ps_where_the_cpu_has_it():
             assert names["gemm"]["BF16"] == ("gemm_bf16_dp_" if dp else "gemm_bf16_") + suffix
             assert names["vec_dot"]["BF16"] == ("vec_dot_bf16_dp_" if dp else "vec_dot_bf16_") + suffix
             assert names["gemm"]["F16"] == "gemm_f16_" + suffix
+
+
+def fma32(a, b, c):
+    """a * b + c rounded once to f32, through long double (64 significant bits: the product of two
+    f32 values, at most 48 bits, is exact in it; the add is rounded to 64 bits first, which can move
+    the f32 result only when that rounding lands on an f32 half-way point: about 2^-40 per call)."""
+    ld = np.longdouble
+    return np.float32(ld(a) * ld(b) + ld(c))
+
+
+def reduce16(acc):
+    """GCC's _mm512_reduce_add_ps (simdw.h's w_reduce_add_ps): 8 + 8, 4 + 4, (0,1) + (2,3), 0 + 1."""
+    s8 = (acc[:8] + acc[8:]).astype(np.float32)
+    s4 = (s8[:4] + s8[4:]).astype(np.float32)
+    s2 = (s4[:2] + s4[2:]).astype(np.float32)
+    return np.float32(s2[0] + s2[1])
+
+
+def dot512_statement(x, y, dp):
+    """gemm_f_w.inc's order for one (row, activation) pair of float64 values exact in f32."""
+    n = x.shape[0]
+    step = 32 if dp else 16
+    nv = n - n % step
+    acc = np.zeros(16, np.float32)
+    for i in range(0, nv, step):
+        for j in range(16):
+            if dp:  # vdpbf16ps: lane j adds the odd pair's product, then the even one's (both exact)
+                a = fma32(x[i + 2 * j + 1], y[i + 2 * j + 1], acc[j])
+                acc[j] = fma32(x[i + 2 * j], y[i + 2 * j], a)
+            else:
+                acc[j] = fma32(x[i + j], y[i + j], acc[j])
+    s = float(reduce16(acc))
+    for i in range(nv, n):
+        s += float(np.float32(x[i] * y[i]))
+    return np.float32(s)
+
+
+@pytest.mark.parametrize("level", ("avx512", "avx512_vnni"))
+@pytest.mark.parametrize("emulated", (False, True), ids=("real", "emulated"))
+@pytest.mark.parametrize("t", FLOATS, ids=lambda v: v.name)
+def test_512_bit_order_is_one_chain(level, emulated, t, rng):
+    if not emulated and level not in runtime.available_isas():
+        pytest.skip(f"CPU lacks {'AVX-512' if level == 'avx512' else 'AVX512-VNNI'}")
+    cpu_bf16 = bool(runtime.cpu_features()["avx512_bf16"])
+    # emulated BF16: the vdpbf16ps kernel and the fma one; otherwise the kernel of this CPU
+    for bf16 in ((False, True) if emulated and t == T.BF16 else (cpu_bf16,)):
+        for k in (1, 15, 16, 17, 31, 32, 33, 100, 1000):
+            w = random_rows(t, k, 3, rng)
+            a = act_rows(t, k, 2, rng)
+            got, names = run_level(level, emulated, lambda: vec_dot_all(t, w, a, k), bf16=bf16)
+            dp = "_dp_" in names["vec_dot"][t.name]
+            assert dp == (t == T.BF16 and bf16)
+            wv, av = values(t, w, k), values(t, a, k)
+            for j in range(a.shape[0]):
+                for r in range(w.shape[0]):
+                    want = dot512_statement(wv[r], av[j], dp)
+                    assert got[j, r] == want, (names["vec_dot"][t.name], k, j, r, got[j, r], want)
