@@ -27,6 +27,7 @@ from gguf import GGMLQuantizationType as T
 
 import llmrt._core as core
 from llmrt import runtime
+from test_dot import fma32             # a * b + c rounded once to f32 (through long double)
 
 FLOATS = (T.F32, T.F16, T.BF16)
 R = 8                                  # rows per packed group (pack_k.h: PK_R)
@@ -174,14 +175,6 @@ def test_bf16_uses_vdpbf16ps_where_the_cpu_has_it():
             assert names["gemm"]["BF16"] == ("gemm_bf16_dp_" if dp else "gemm_bf16_") + suffix
             assert names["vec_dot"]["BF16"] == ("vec_dot_bf16_dp_" if dp else "vec_dot_bf16_") + suffix
             assert names["gemm"]["F16"] == "gemm_f16_" + suffix
-
-
-def fma32(a, b, c):
-    """a * b + c rounded once to f32, through long double (64 significant bits: the product of two
-    f32 values, at most 48 bits, is exact in it; the add is rounded to 64 bits first, which can move
-    the f32 result only when that rounding lands on an f32 half-way point: about 2^-40 per call)."""
-    ld = np.longdouble
-    return np.float32(ld(a) * ld(b) + ld(c))
 
 
 def reduce16(acc):
