@@ -774,6 +774,41 @@ def ggml_repacked_dot(dx, qx, dy, qy):
     return F32(acc)
 
 
+@pytest.mark.parametrize("n", (32, 7 * 32, 24 * 32, 128 * 32))
+def test_q8_0_block_order_from_avx512_vnni(n):
+    """vec_dot[Q8_0] at avx512_vnni (emulated here, real where the CPU has it) is the block order
+    (ggml_repacked_dot: one exact integer per block, one fma), the level's own; the avx2 level keeps
+    llama.cpp's lane order (ggml_dot_q8_0_like). The packed kernels of each level give its vec_dot's
+    bits (tests/test_gemm.py)."""
+    if ISA_LEVELS.index("avx2") > ISA_LEVELS.index(core.isa_max_supported()):
+        pytest.skip("CPU lacks avx2")
+    from llmrt import runtime
+    from conftest import use_isa
+    rng = np.random.default_rng(4100 + n)
+    levels = ["avx512_vnni-emu"] + (["avx512_vnni"] if "avx512_vnni" in runtime.available_isas() else [])
+    before, emulated = runtime.isa(), runtime.isa_emulated()
+    differ = 0
+    try:
+        for _ in range(3):
+            w = random_weights(T.Q8_0, n, rng)
+            ab = quantize_act(T.Q8_0, random_activations(n, rng))
+            qa, sa, _ = act_values(T.Q8_0, ab)
+            qa, dy = qa.reshape(-1, 32), sa.reshape(-1, 32)[:, 0]
+            parts = unpack(T.Q8_0, w)
+            qx, dx = parts[0][0], parts[0][2][:, 0]
+            want, lane = ggml_repacked_dot(dx, qx, dy, qa), ggml_dot_q8_0_like(dx, qx, dy, qa)
+            differ += want != lane
+            use_isa("avx2")
+            assert F32(core.vec_dot(int(T.Q8_0), w, ab, n)) == lane, "avx2"
+            for level in levels:
+                use_isa(level)
+                assert F32(core.vec_dot(int(T.Q8_0), w, ab, n)) == want, level
+    finally:
+        (runtime.set_isa_emulated if emulated else runtime.set_isa)(before)
+    if n >= 24 * 32:
+        assert differ, "the block and the lane order should round differently somewhere"
+
+
 @pytest.mark.parametrize("t", (T.Q4_0, T.IQ4_NL), ids=lambda v: v.name)
 @pytest.mark.parametrize("n", (32, 7 * 32, 24 * 32, 128 * 32))
 def test_repacked_dot_order(t, n):
