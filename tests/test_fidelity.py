@@ -17,7 +17,8 @@ bound of the term), the same rule for llama.cpp's n_batch-512 run (whose top-5 i
 has) and for llmrt (whose top-5 is taken from its full logits), so the two are computed alike.
 
 Perplexity within 1 % of llama.cpp's at every level: tests/test_perplexity.py. Bit-exactness of the
-one-token path at the AVX2 level and above: tests/test_real_models.py. The generic level follows
+one-token path at the avx2 and avx512 levels, these bounds on it at avx512_vnni:
+tests/test_real_models.py. The generic level follows
 ggml's scalar build (another llama.cpp build than the references'), so it is not compared here.
 """
 import os
@@ -68,16 +69,21 @@ def ref_rows(run):
     return rows
 
 
+def lp_rows(ids, lp):
+    """closeness() rows of one sequence from its log-probs lp [len(ids), n_vocab]"""
+    rows = []
+    for j in range(len(ids)):
+        top = np.argsort(-lp[j], kind="stable")[:5]
+        rows.append(([int(i) for i in top], [float(lp[j, i]) for i in top],
+                     float(lp[j, ids[j + 1]]) if j + 1 < len(ids) else None))
+    return rows
+
+
 def llmrt_rows(model, run):
     rows = []
     for e in run:
         sess = model.new_session(ctx_size=max(256, len(e["ids"]) + 8))
-        lp = log_softmax(sess.eval(e["ids"], all_logits=True))       # batched prefill
-        ids = e["ids"]
-        for j in range(len(ids)):
-            top = np.argsort(-lp[j], kind="stable")[:5]
-            rows.append(([int(i) for i in top], [float(lp[j, i]) for i in top],
-                         float(lp[j, ids[j + 1]]) if j + 1 < len(ids) else None))
+        rows += lp_rows(e["ids"], log_softmax(sess.eval(e["ids"], all_logits=True)))   # batched prefill
     return rows
 
 

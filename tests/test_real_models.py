@@ -27,9 +27,9 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 MODELS = {"smollm2": "smollm2-135m-instruct", "gemma3": "gemma3-270m"}
 N_THREADS = 2
 
-# The references were made by llama.cpp's AVX2 build, and llmrt's AVX2 level (and the AVX-512
-# levels above it, see LEVELS) reproduces its single-token numerics bit for bit, so there (run
-# wherever the CPU has the level) the bounds are those of bit-identical logits:
+# The references were made by llama.cpp's AVX2 build, and llmrt's AVX2 level (and the avx512 level,
+# see EXACT_LEVELS) reproduces its single-token numerics bit for bit, so there (run wherever the CPU
+# has the level) the bounds are those of bit-identical logits:
 #   - top-1 identical at every position, all 32 greedy tokens identical on all 8 prompts;
 #   - mean NLL and every top-5 log-prob equal up to the references' rounding to 6 decimals
 #     (|error| <= 5e-7; llmrt's log-softmax is taken here in float64 from the same f32 logits).
@@ -81,11 +81,19 @@ def common_prefix(a, b):
     return n
 
 
-# The levels compared: AVX2 and the AVX-512 levels above it, whose kernels for these models' weight
-# types (Q4_1, Q8_0, Q4_K, Q5_0, Q6_K) reproduce the AVX2 ones' bits (levels stack: the 16-lane
-# prefill kernels keep the AVX2 lane order, decode and attention run the AVX2 kernels). The amx
-# level is not here: its int8 tiles sum whole blocks (tests/test_amx_matmul.py).
+# The levels compared: AVX2 and the AVX-512 levels above it. At avx512 the kernels for these models'
+# weight types (Q4_1, Q8_0, Q4_K, Q5_0, Q6_K) reproduce the AVX2 ones' bits (levels stack), so the
+# EXACT bounds hold there. avx512_vnni keeps them for every type but Q8_0 (SmolLM2's tied output
+# head, Gemma 3's attn_v), which it sums in llmrt's block order (csrc/kernels/x86/gemm_q32_w.inc:
+# one exact integer and one fma per block where llama.cpp sums 8 f32 lanes; prefill twice as fast):
+# there the one-token path is held to the fidelity bounds of tests/test_fidelity.py (as close to
+# llama.cpp's n_batch-1 run as its own n_batch-512 run is), and its greedy continuations must match
+# at least as many prompts for GREEDY_PREFIX tokens as llama.cpp's n_batch-512 ones do. Measured
+# (Zen 4, 2026-11-28, avx512_vnni): SmolLM2 top-1 100 %, KL5 3.0e-9, 8/8 prompts (llama.cpp's own
+# 96.05 %, 1.07e-3, 4/8); Gemma 3 97.73 %, KL5 2.09e-3, 6/8 (llama.cpp's own 98.48 %, 3.36e-3, 6/8).
+# The amx level is not here: its int8 tiles sum whole blocks (tests/test_amx_matmul.py).
 LEVELS = ("avx2", "avx512", "avx512_vnni")
+EXACT_LEVELS = ("avx2", "avx512")
 
 
 def need_level(lvl):
@@ -167,8 +175,23 @@ def test_matches_llama_cpp_single_token_path(name, lvl):
     ref, tf, greedy = results(name, lvl)
     for line in report(name, ref, tf, greedy, lvl):
         print(line)
-    b = EXACT
     top1, nll, nll_ref, pre = metrics(ref["teacher_forced_nbatch1"], ref["greedy_nbatch1"], tf, greedy)
+    if lvl not in EXACT_LEVELS:   # Q8_0 in llmrt's block order: closeness (the LEVELS comment)
+        from test_fidelity import KL_FACTOR, TOP1_POINTS, closeness, lp_rows, ref_rows
+        b1 = ref_rows(ref["teacher_forced_nbatch1"])
+        own = closeness(b1, ref_rows(ref["teacher_forced"]))
+        got = closeness(b1, [r for e, lp in zip(ref["teacher_forced_nbatch1"], tf) for r in lp_rows(e["ids"], lp)])
+        own_pre = [common_prefix(g["ids"], g1["ids"]) for g, g1 in zip(ref["greedy"], ref["greedy_nbatch1"])]
+        print(f"{name} [{lvl}] one token at a time vs llama.cpp n_batch 1: top-1 {100 * got[0]:.2f} %, "
+              f"KL5 {got[1]:.2e}, |dlp| {got[2]:.2e}, greedy prefixes {pre}; llama.cpp n_batch 512 vs 1: "
+              f"{100 * own[0]:.2f} %, {own[1]:.2e}, {own[2]:.2e}, {own_pre}")
+        assert own[1] > 0 and own[2] > 0                    # the yardstick is a real one
+        assert 100 * got[0] >= 100 * own[0] - TOP1_POINTS, (name, got, own)
+        assert got[1] <= KL_FACTOR * own[1], (name, got, own)
+        assert got[2] <= KL_FACTOR * own[2], (name, got, own)
+        assert sum(p >= GREEDY_PREFIX for p in pre) >= sum(p >= GREEDY_PREFIX for p in own_pre), (name, pre, own_pre)
+        return
+    b = EXACT
     assert top1 >= b["min_top1"], (name, top1)
     assert abs(nll - nll_ref) / nll_ref <= b["max_nll_rel"], (name, nll, nll_ref)
     assert sum(p >= b["greedy_prefix"] for p in pre) >= b["min_greedy_prompts"], (name, pre)

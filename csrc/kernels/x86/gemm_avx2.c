@@ -687,6 +687,82 @@ static ALWAYS_INLINE void q4b_tile(const int type, const int NS, const int NT, i
         for (int t = 0; t < NT; t++) acc[s][t] = a[s][t];
 }
 
+/* ---- Q8_0 decode in block order, for the avx512_vnni level ------------------------------------------
+ * That level sums Q8_0 in the block order (gemm_q32_w.inc: per block the exact integer Σ w·y, acc =
+ * fma(f32(isum), d_w·d_y, acc)); this level keeps llama.cpp's lane order. Its decode runs here, in
+ * VEX-encoded AVX2, because the same loop with vpdpbusd (xor 0x80 and one vpdpbusd per row and block
+ * instead of the sign trick's four instructions) read memory more slowly on a Zen 4 EPYC with both
+ * cores on it, though it computes faster from L3: model-shaped chains of 1536 x 1536 / 1536 x 4096
+ * Q8_0 GEMVs from memory, 2 threads, four alternated rounds, GB/s: vpdpbusd 34.5 / 34.0 / 31.7 / 27.8
+ * and 32.5 / 33.1 / 23.5 / 29.3, this loop 35.8 / 36.6 / 32.8 / 32.5 and 37.1 / 35.8 / 33.1 / 32.5
+ * (the avx2 level's lane-order GEMV 36.9 / 34.8 / 38.8 / 30.9 and 35.3 / 35.2 / 40.4 / 32.5). Group by
+ * group (each streamed once, prefetched GEMV_PF_BYTES ahead), two blocks per step: each row's block
+ * in 8 lanes (dot_i8_i8, exact), the 4 rows' lanes summed by two levels of vphaddd into halves that
+ * the two blocks' permutes add into [ib: rows 0..3 | ib + 1: rows 0..3], one cvt and mul, the two
+ * fmas in turn (as q4b_gemv1). */
+#define Q8B_CB 1024 /* blocks per staged chunk of the token (d_y, 4 copies: 16 KB) */
+#define Q8B_G 16    /* groups per pass (their accumulators) */
+
+/* block ib's sums of a group's 4 rows against the token's activations Y: [rows 0..3 | rows 0..3] halves */
+static ALWAYS_INLINE __m256i q8b_sums4(const uint8_t *qs, __m256i Y) {
+    __m256i L[Q32_R];
+    for (int r = 0; r < Q32_R; r++) L[r] = dot_i8_i8(_mm256_load_si256((const __m256i *)(qs + 32 * r)), Y);
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(L[0], L[1]), _mm256_hadd_epi32(L[2], L[3]));
+}
+
+void llmrt_gemv_q8_0_blk_avx2(int64_t K, const void *group, int n_rows, const void *x, float *y) {
+    const int64_t nb = K / 32;
+    const size_t gb = q32_group_bytes(LLMRT_TYPE_Q8_0, nb);
+    const size_t qo = q32_qs_off(LLMRT_TYPE_Q8_0, nb);
+    const int ngr = (n_rows + Q32_R - 1) / Q32_R;
+    const block_q8_0 *xq = (const block_q8_0 *)x;
+    _Alignas(32) float dy[Q8B_CB][4];
+    for (int g0 = 0; g0 < ngr; g0 += Q8B_G) {
+        const int ng = ngr - g0 < Q8B_G ? ngr - g0 : Q8B_G;
+        __m128 acc[Q8B_G];
+        for (int g = 0; g < ng; g++) acc[g] = _mm_setzero_ps();
+        for (int64_t ib0 = 0; ib0 < nb; ib0 += Q8B_CB) {
+            const int cb = nb - ib0 < Q8B_CB ? (int)(nb - ib0) : Q8B_CB;
+            for (int b = 0; b < cb; b++) _mm_store_ps(dy[b], _mm_set1_ps(f16(xq[ib0 + b].d)));
+            for (int g = 0; g < ng; g++) {
+                const uint8_t *gg = (const uint8_t *)group + (size_t)(g0 + g) * gb;
+                __m128 a = acc[g];
+                int b = 0;
+                for (; b + 2 <= cb; b += 2) {
+                    const int64_t ib = ib0 + b;
+                    {   /* the groups lie back to back: a hint GEMV_PF_BYTES ahead, never a read */
+                        const uintptr_t pa = (uintptr_t)gg + GEMV_PF_BYTES + (uintptr_t)ib * (Q32_R * (2 + 32));
+                        for (int o = 0; o < 2 * Q32_R * (2 + 32); o += 64) _mm_prefetch((const char *)(pa + o), _MM_HINT_T0);
+                    }
+                    const __m256i h0 = q8b_sums4(gg + qo + ib * 128, loadu256(xq[ib].qs));
+                    const __m256i h1 = q8b_sums4(gg + qo + (ib + 1) * 128, loadu256(xq[ib + 1].qs));
+                    const __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                                          _mm256_permute2x128_si256(h0, h1, 0x31));
+                    const __m256 f = _mm256_cvtepi32_ps(isum);
+                    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gg + ib * 8))),
+                                                   _mm256_load_ps(dy[b]));
+                    a = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(d), a);
+                    a = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(d, 1), a);
+                }
+                if (b < cb) { /* an odd last block */
+                    const int64_t ib = ib0 + b;
+                    const __m256i h = q8b_sums4(gg + qo + ib * 128, loadu256(xq[ib].qs));
+                    const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                    const __m128 d = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + ib * 8))),
+                                                _mm_load_ps(dy[b]));
+                    a = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, a);
+                }
+                acc[g] = a;
+            }
+        }
+        for (int g = 0; g < ng; g++) {
+            _Alignas(16) float out[4];
+            _mm_store_ps(out, acc[g]);
+            for (int r = 0; r < Q32_R && (g0 + g) * Q32_R + r < n_rows; r++) y[(g0 + g) * Q32_R + r] = out[r];
+        }
+    }
+}
+
 static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *group, int n_rows, const void *x,
                                        size_t x_stride, int n_x, float *y, int64_t y_stride) {
     const int64_t nb = K / 32;

@@ -86,5 +86,8 @@ GEMM_Q32_AVX2_PROTO(q8_0)
 GEMM_Q32_AVX2_PROTO(iq4_nl)
 GEMM_Q32_AVX2_PROTO(q8a)
 #undef GEMM_Q32_AVX2_PROTO
+/* gemm_avx2.c's Q8_0 decode in the avx512_vnni level's block order (one token, n_rows rows of groups
+ * from group into y) */
+void llmrt_gemv_q8_0_blk_avx2(int64_t K, const void *group, int n_rows, const void *x, float *y);
 
 #endif /* LLMRT_KERNELS_X86_GEMM_Q32_SIMD_H */
