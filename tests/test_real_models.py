@@ -33,9 +33,9 @@ N_THREADS = 2
 #   - top-1 identical at every position, all 32 greedy tokens identical on all 8 prompts;
 #   - mean NLL and every top-5 log-prob equal up to the references' rounding to 6 decimals
 #     (|error| <= 5e-7; llmrt's log-softmax is taken here in float64 from the same f32 logits).
-# Measured (avx2, avx512, avx512_vnni, 2026-11-24): both models 100 % top-1, 8/8 prompts x 32
-# tokens, NLL rel. diff ~1e-8. Closeness to llama.cpp's batched path and to itself across batch
-# sizes, for any numerics: tests/test_fidelity.py.
+# Measured (avx2, avx512, and avx512_vnni before its Q8_0 block order, 2026-11-24): both models
+# 100 % top-1, 8/8 prompts x 32 tokens, NLL rel. diff ~1e-8. Closeness to llama.cpp's batched path
+# and to itself across batch sizes, for any numerics: tests/test_fidelity.py.
 EXACT = dict(min_top1=1.0, max_nll_rel=1e-6, greedy_prefix=32, min_greedy_prompts=8, logprob_atol=1e-6)
 # Without AVX2 the tests skip: llmrt's generic kernels follow ggml's scalar build (reference
 # activation rounding, sequential sums, libm exp), a different numerics from the AVX2 build that
