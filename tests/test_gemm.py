@@ -98,12 +98,13 @@ def test_gemm_partial_rows(isa_level, t, rng):
 
 
 
-@pytest.mark.parametrize("t", (T.Q4_0, T.IQ4_NL), ids=lambda v: v.name)
+@pytest.mark.parametrize("t", (T.Q4_0, T.IQ4_NL, T.Q8_0), ids=lambda v: v.name)
 def test_repacked_order_decode_rows_past_the_staging(isa_level, t, rng):
     """The avx2 decode GEMV (n_x <= X8_SMALL_NX = 8, IQ4_NL 6: one token, or passes of 2 token pairs,
     an odd last token staged twice) stages a token's 8·Σy and d_y for up to 1024 blocks at once and runs
-    longer rows in chunks of that many blocks: a row of 1030 blocks (K = 32960) still has vec_dot's
-    bits, for 1 to 8 tokens."""
+    longer rows in chunks of that many blocks (Q8_0 at avx512_vnni: the one-token GEMV the same, the
+    batched steps' q8bn_gemv in chunks of 64 blocks, an odd last block alone): a row of 1030 blocks
+    (K = 32960) still has vec_dot's bits, for 1 to 8 tokens."""
     K, R = 32 * 1030, core.pack_rows(int(t))
     M = 2 * R + 1
     w = random_rows(t, K, M, rng)
