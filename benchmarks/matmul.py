@@ -26,7 +26,7 @@ SHAPES += [(t, K, M) for t in (T.F16, T.BF16) for K, M in ((1536, 1536), (1536, 
 SHAPES += [(T.F32, 1536, 1536)]
 # the same 0.4B's ffn_gate/up (1536 x 4096) and ffn_down (4096 x 1536) in the quantized types (select
 # with --type, e.g. --type Q4_0 Q8_0 Q4_K IQ4_XS -n 1 64)
-SHAPES += [(t, 1536, 4096) for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.IQ4_NL, T.Q4_K, T.Q5_K, T.IQ4_XS)]
+SHAPES += [(t, 1536, 4096) for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.Q4_K, T.Q5_K, T.IQ4_XS)]
 SHAPES += [(T.Q6_K, 4096, 1536)]
 
 
