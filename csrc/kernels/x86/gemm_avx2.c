@@ -470,133 +470,11 @@ static ALWAYS_INLINE __m256 q4b_d8(const uint8_t *g0, const uint8_t *g1, int64_t
     return _mm256_set_m128(d1, d0);
 }
 
-#define Q4B_GV_CB 1024 /* decode: blocks per staged chunk of the token (8·Σy and d_y, 4 copies each: 32 KB):
-                        * a group streams front to back for K <= 32768 */
-
-/* The 4 rows' integer sums of a block against the token's 32 int8 activations yq, from the block's
- * word pairs p (gemm_q32.h, q32_block_pairs): i32 lane 2r + g = row r's Σ over its words 2j + g,
- * j = 0..3, one 8-byte broadcast of yq's words 2j, 2j + 1 per pair vector. Q4_0: the unsigned quants (Σ q·y; the caller
- * subtracts 8·Σy), 4 maddubs summed in i16 (|.| <= 4·2·15·128 = 15360) and one madd; IQ4_NL: the
- * levels with the sign trick, a madd per pair vector (a maddubs pair reaches 2·127·127). */
-static ALWAYS_INLINE __m256i q4b_sums(const int type, const __m256i p[4], const void *yq) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i y[4];
-    for (int j = 0; j < 4; j++) { /* one word each: a vpbroadcastq from memory (a copy of all 32 bytes
-                                   * first went through the stack) */
-        long long w;
-        memcpy(&w, (const uint8_t *)yq + 8 * j, 8);
-        y[j] = _mm256_set1_epi64x(w);
-    }
-    if (type == LLMRT_TYPE_Q4_0) {
-        __m256i s16 = _mm256_maddubs_epi16(p[0], y[0]);
-        for (int j = 1; j < 4; j++) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(p[j], y[j]));
-        return _mm256_madd_epi16(s16, ones);
-    }
-    __m256i s = dot_i8_i8(p[0], y[0]);
-    for (int j = 1; j < 4; j++) s = _mm256_add_epi32(s, dot_i8_i8(p[j], y[j]));
-    return s;
-}
-
-/* The GEMVs' prefetch for blocks ib, ib + 1 of group g (ib even): GEMV_PF_BYTES ahead of the group's
- * 72 bytes per block (d, nibbles), as tile_q32 does (uintptr_t arithmetic: a hint, never a read) */
-static ALWAYS_INLINE void q4b_prefetch2(const uint8_t *g, int64_t ib) {
-    const uintptr_t a = (uintptr_t)g + GEMV_PF_BYTES + (uintptr_t)ib * (4 * 2 + 4 * 16);
-    _mm_prefetch((const char *)a, _MM_HINT_T0);
-    _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-    _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
-}
-
-/* Decode: the token x of one group (4 rows), blocks [ib0, ib0 + cb): acc lane r += the blocks'
- * d_w·d_y·isum, in block order. Two blocks per step: the pair sums of both joined by one vphaddd +
- * vpermq into [block ib: rows 0..3 | ib + 1: rows 0..3], one sub, cvt and mul for both, and the two
- * fmas in turn. sy8[4b .. 4b + 3] = 8·Σ of block ib0 + b's activations (Q4_0: Σ(q - 8)·y = Σ q·y -
- * 8·Σy; IQ4_NL: not made), dy[4b ..] its d as f32, four copies each so two blocks' are one load; both
- * made once per call for every group (groups are streamed one after the other, as tile_q32 does:
- * two groups at once measured 40 % slower end to end, decode from DRAM). */
-static ALWAYS_INLINE void q4b_gemv1(const int type, int64_t nb, const uint8_t *g, const uint8_t *x, int64_t ib0,
-                                    int cb, const int32_t *sy8, const float *dy, __m128 *accp) {
-    const block_q8_0 *xq = (const block_q8_0 *)x;
-    __m128 acc = *accp;
-    int b = 0;
-    for (; b + 2 <= cb; b += 2) {
-        const int64_t ib = ib0 + b;
-        q4b_prefetch2(g, ib);
-        __m256i p0[4], p1[4];
-        q32_block_pairs(type, nb, g, ib, p0);
-        q32_block_pairs(type, nb, g, ib + 1, p1);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + ib * 8)));
-        const __m256i s0 = q4b_sums(type, p0, xq[ib].qs);
-        const __m256i s1 = q4b_sums(type, p1, xq[ib + 1].qs);
-        __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
-        if (type == LLMRT_TYPE_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_loadu_si256((const __m256i *)(sy8 + 4 * b)));
-        const __m256 f = _mm256_cvtepi32_ps(isum);
-        const __m256 d = _mm256_mul_ps(dw, _mm256_loadu_ps(dy + 4 * b));
-        acc = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(d), acc);
-        acc = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(d, 1), acc);
-    }
-    if (b < cb) { /* an odd last block */
-        const int64_t ib = ib0 + b;
-        __m256i p[4];
-        q32_block_pairs(type, nb, g, ib, p);
-        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + ib * 8)));
-        const __m256i s0 = q4b_sums(type, p, xq[ib].qs);
-        __m128i isum = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s0), 0x08));
-        if (type == LLMRT_TYPE_Q4_0) isum = _mm_sub_epi32(isum, _mm_loadu_si128((const __m128i *)(sy8 + 4 * b)));
-        const __m128 d = _mm_mul_ps(dw, _mm_loadu_ps(dy + 4 * b));
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, acc);
-    }
-    *accp = acc;
-}
-
-/* the token's blocks [ib0, ib0 + cb) for q4b_gemv1 / q4b_gemv_pairs: d_y as f32 and (Q4_0 only: IQ4_NL
- * reads none) 8·Σy, 4 copies each, block b's at b·bs */
-static ALWAYS_INLINE void q4b_gemv_stage(const int type, const uint8_t *x, int64_t ib0, int cb, int32_t *sy8, float *dy,
-                                         const int bs) {
-    const __m256i k8 = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
-    for (int b = 0; b < cb; b++) {
-        const block_q8_0 *yb = (const block_q8_0 *)x + ib0 + b;
-        _mm_storeu_ps(dy + (size_t)b * bs, _mm_set1_ps(f16(yb->d)));
-        if (type == LLMRT_TYPE_Q4_0)
-            _mm_storeu_si128((__m128i *)(sy8 + (size_t)b * bs),
-                             _mm_set1_epi32(hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(k8, loadu256(yb->qs)), ones))));
-    }
-}
-
-/* Batched decode steps (2 to X8_SMALL_NX tokens): NP (1 or 2) pairs of tokens, xp[2q], xp[2q + 1], of one
- * group (4 rows), blocks [ib0, ib0 + cb): acc[q] lanes 0..3 (4..7) += token 2q's (2q + 1's) d_w·d_y·isum,
- * in block order. Per block the quants are unpacked and d widened once for the pass's tokens; per
- * pair one vphaddd + vpermq joins the two tokens' sums ([2q: rows 0..3 | 2q + 1: rows 0..3]), then one
- * sub, cvt, mul and a 256-bit fma: per (row, token) the same operations on the same values as
- * q4b_gemv1's, so the same bits. A pair's accumulators are one register: a pass of 4 tokens over 2
- * blocks at a time (as q4b_gemv1) kept 8 quant vectors and 4 accumulators live, and GCC kept the
- * accumulators on the stack (a load, 2 fmas and a store on each token's chain per 2 blocks).
- * sy8 / dy: staged [block][slot][4] (bs ints per block), this pass's slot 0 first. pf: the first
- * pass over the group (prefetches). */
-static ALWAYS_INLINE void q4b_gemv_pairs(const int type, const int NP, int64_t nb, const uint8_t *g,
-                                         const uint8_t *const *xp, int64_t ib0, int cb, const int32_t *sy8,
-                                         const float *dy, const int bs, const int pf, __m256 *accp) {
-    __m256 acc[2];
-    for (int q = 0; q < NP; q++) acc[q] = accp[q];
-    for (int b = 0; b < cb; b++) {
-        const int64_t ib = ib0 + b;
-        if (pf && !(ib & 1)) q4b_prefetch2(g, ib); /* as q4b_gemv1: per 2 blocks */
-        __m256i p[4];
-        q32_block_pairs(type, nb, g, ib, p);
-        long long dh;
-        memcpy(&dh, g + ib * 8, 8);
-        const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi64x(dh)); /* rows 0..3, twice */
-        for (int q = 0; q < NP; q++) {
-            const __m256i s0 = q4b_sums(type, p, ((const block_q8_0 *)xp[2 * q])[ib].qs);
-            const __m256i s1 = q4b_sums(type, p, ((const block_q8_0 *)xp[2 * q + 1])[ib].qs);
-            __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
-            const size_t o = (size_t)b * bs + 8 * q;
-            if (type == LLMRT_TYPE_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_loadu_si256((const __m256i *)(sy8 + o)));
-            const __m256 d = _mm256_mul_ps(dw, _mm256_loadu_ps(dy + o));
-            acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[q]);
-        }
-    }
-    for (int q = 0; q < NP; q++) accp[q] = acc[q];
-}
+#define Q4BG_DPBUSD 0
+#define Q4BG_PF_BYTES GEMV_PF_BYTES
+#define Q4BG_MAX_NX X8_SMALL_NX
+#define Q4BG_MAX_GROUPS (2 * Q4B_SETS)
+#include "q4b_gemv.inc" /* q4b_gemv1, q4b_gemv_pairs, q4b_gemv_small */
 
 /* blocks [ib0, ib0 + cb) of the 8 rows transposed (wt[b * 8 + c]: lane r = row r's int8 weights of
  * elements 4c..4c+3), Q4_0's -128·Σ(q - 8) over each i16 lane's 16 weights (corr[b]: the start of
@@ -772,44 +650,7 @@ static ALWAYS_INLINE void gemm_x8_avx2(const int type, int64_t K, const void *gr
     const uint8_t *xb = (const uint8_t *)x;
     const int small_nx = type == LLMRT_TYPE_IQ4_NL ? X8_SMALL_NX_IQ4NL : X8_SMALL_NX;
     if (n_x <= small_nx) { /* decode (q4b_gemv1), a batched decode step (passes of 2 token pairs, q4b_gemv_pairs) */
-        const int T2 = n_x == 1 ? 1 : (n_x + 1) & ~1; /* staged slots: the tokens, the last one twice if n_x is odd */
-        __m128 acc[X8_SMALL_NX + 1][2 * Q4B_SETS];
-        int32_t sy8[(X8_SMALL_NX + 1) * 4 * Q4B_GV_CB];
-        float dy[(X8_SMALL_NX + 1) * 4 * Q4B_GV_CB];
-        const uint8_t *xp[X8_SMALL_NX + 1];
-        for (int s = 0; s < T2; s++) xp[s] = xb + (size_t)(s < n_x ? s : n_x - 1) * x_stride;
-        for (int s = 0; s < T2; s++)
-            for (int g = 0; g < ngr; g++) acc[s][g] = _mm_setzero_ps();
-        for (int64_t ib0 = 0; ib0 < nb; ib0 += Q4B_GV_CB) {
-            const int cb = nb - ib0 < Q4B_GV_CB ? (int)(nb - ib0) : Q4B_GV_CB;
-            for (int s = 0; s < T2; s++) q4b_gemv_stage(type, xp[s], ib0, cb, sy8 + 4 * s, dy + 4 * s, 4 * T2);
-            for (int g = 0; g < ngr; g++) {
-                const uint8_t *gg = (const uint8_t *)group + (size_t)g * gb;
-                if (n_x == 1) {
-                    q4b_gemv1(type, nb, gg, xb, ib0, cb, sy8, dy, &acc[0][g]);
-                    continue;
-                }
-                for (int s0 = 0; s0 < T2; s0 += 4) { /* up to 2 pairs per pass */
-                    __m256 a[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-                    for (int q = 0; q < 2 && s0 + 2 * q < T2; q++) a[q] = _mm256_set_m128(acc[s0 + 2 * q + 1][g], acc[s0 + 2 * q][g]);
-                    if (T2 - s0 >= 4)
-                        q4b_gemv_pairs(type, 2, nb, gg, xp + s0, ib0, cb, sy8 + 4 * s0, dy + 4 * s0, 4 * T2, s0 == 0, a);
-                    else
-                        q4b_gemv_pairs(type, 1, nb, gg, xp + s0, ib0, cb, sy8 + 4 * s0, dy + 4 * s0, 4 * T2, s0 == 0, a);
-                    for (int q = 0; q < 2 && s0 + 2 * q < T2; q++) {
-                        acc[s0 + 2 * q][g] = _mm256_castps256_ps128(a[q]);
-                        acc[s0 + 2 * q + 1][g] = _mm256_extractf128_ps(a[q], 1);
-                    }
-                }
-            }
-        }
-        for (int j = 0; j < n_x; j++) {
-            for (int g = 0; g < ngr; g++) {
-                _Alignas(16) float out[4];
-                _mm_store_ps(out, acc[j][g]);
-                for (int r = 0; r < Q32_R && g * Q32_R + r < n_rows; r++) y[(int64_t)j * y_stride + g * Q32_R + r] = out[r];
-            }
-        }
+        q4b_gemv_small(type, nb, group, gb, ngr, n_rows, xb, x_stride, n_x, y, y_stride);
         return;
     }
     const uint8_t *ga[Q4B_SETS], *gz[Q4B_SETS]; /* each set's two groups (the second NULL past the call) */
