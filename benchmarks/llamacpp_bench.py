@@ -1,11 +1,13 @@
 """llama.cpp's side of benchmarks/compare_llamacpp.py: llama-bench's pp/tg tests through
 llama-cpp-python's low-level API, printed as the same JSON list `llmrt bench -o json` prints.
 
-    python benchmarks/llamacpp_bench.py MODEL.gguf [-p 512] [-n 128] [-r 5] [-t 2]
+    python benchmarks/llamacpp_bench.py MODEL.gguf [-p 512] [-n 128] [-d 0] [-r 5] [-t 2]
 
 pp<P>: P random tokens in one batch (n_batch = n_ubatch = P), logits of the last one only, from an
-empty cache. tg<N>: N tokens decoded one at a time from an empty cache. One warm-up run of each
-first, as llama-bench does. Needs llama-cpp-python (never a dependency of llmrt)."""
+empty cache. tg<N>: N tokens decoded one at a time from an empty cache. With -d D (llama-bench's
+--n-depth) each run first prefills D random tokens, untimed (in one batch: n_batch = n_ubatch =
+max(P, D)), and the tests are named "pp<P> @ d<D>", "tg<N> @ d<D>". One warm-up run of each first,
+as llama-bench does. Needs llama-cpp-python (never a dependency of llmrt)."""
 import argparse
 import json
 import statistics
@@ -21,6 +23,7 @@ def main(argv=None):
     ap.add_argument("model")
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-d", type=int, default=0, help="tokens in the cache before each timed run")
     ap.add_argument("-r", type=int, default=5)
     ap.add_argument("-t", type=int, default=2)
     a = ap.parse_args(argv)
@@ -33,8 +36,10 @@ def main(argv=None):
     if not model:
         sys.exit(f"llama.cpp could not load {a.model}")
     cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx = max(a.p, a.n) + 16
-    cp.n_batch = cp.n_ubatch = max(a.p, 1)
+    if a.d < 0:
+        sys.exit(f"-d must be >= 0, got {a.d}")
+    cp.n_ctx = a.d + max(a.p, a.n) + 16
+    cp.n_batch = cp.n_ubatch = max(a.p, a.d, 1)
     cp.n_threads = cp.n_threads_batch = a.t
     ctx = llama_cpp.llama_init_from_model(model, cp)
     vocab = llama_cpp.llama_model_get_vocab(model)
@@ -56,30 +61,38 @@ def main(argv=None):
         if rc != 0:
             sys.exit(f"llama_decode failed: {rc}")
 
-    def pp():
+    def start():
+        """the cache cleared, then holding a.d random tokens (untimed)"""
         llama_cpp.llama_memory_clear(mem, True)
+        if a.d:
+            decode(rng.integers(0, n_vocab, a.d), 0)
+            llama_cpp.llama_synchronize(ctx)
+
+    def pp():
         ids = rng.integers(0, n_vocab, a.p)
+        start()
         t = time.perf_counter()
-        decode(ids, 0)
+        decode(ids, a.d)
         llama_cpp.llama_synchronize(ctx)
         return a.p / (time.perf_counter() - t)
 
     def tg():
-        llama_cpp.llama_memory_clear(mem, True)
+        start()
         t = time.perf_counter()
         tok = int(rng.integers(0, n_vocab))
         for i in range(a.n):
-            decode([tok], i)
+            decode([tok], a.d + i)
             llama_cpp.llama_synchronize(ctx)
         return a.n / (time.perf_counter() - t)
 
+    at = f" @ d{a.d}" if a.d else ""
     out = []
     for name, fn, n in (("pp", pp, a.p), ("tg", tg, a.n)):
         if n <= 0:
             continue
         fn()  # warm-up
         runs = [fn() for _ in range(a.r)]
-        out.append({"test": f"{name}{n}", "t_s": statistics.mean(runs),
+        out.append({"test": f"{name}{n}{at}", "n_depth": a.d, "t_s": statistics.mean(runs),
                     "t_s_sd": statistics.stdev(runs) if len(runs) > 1 else 0.0,
                     "n_threads": a.t, "backend": "llama.cpp " + llama_cpp.__version__,
                     "load_s": load_s})

@@ -5,6 +5,11 @@
     tg<N>   N tokens decoded one at a time from an empty cache (a fixed random token each step:
             no sampling, no tokenization, as llama-bench's generation test)
 
+With a depth D > 0 (`-d`, llama-bench's --n-depth) each test starts from a cache that already
+holds D random tokens, prefilled untimed before every run: "pp512 @ d1024", "tg128 @ d1024"
+(llama-bench's names), what a prompt or a reply costs deep into a conversation, where attention
+reads D cached keys and values per token and layer.
+
 Each test runs once to warm up (graphs built, pages touched), then `reps` timed times; t/s is the
 mean +- the sample standard deviation over the repetitions.
 
@@ -13,6 +18,8 @@ output matrix included, the embedding table only for one row; of a MoE model's e
 expert_used_count it chose), so tokens/s can not exceed
 bandwidth / weight_bytes_per_token. `bandwidth_bound()` measures the read bandwidth with the
 same thread count (csrc/membw.c) and reports that bound; tg / bound is the fraction of it reached.
+At a depth the cache's reads come on top (how many depends on each layer's window), so the bound
+is given for depth 0 only.
 
 With profile=True (`llmrt bench --profile`) the timed runs also time every graph node on thread 0
 (csrc/graph.c: wall time in the node, the barrier before it included) and each result carries
@@ -38,6 +45,7 @@ class BenchResult:
     model: str = ""
     n_prompt: int = 0
     n_gen: int = 0
+    n_depth: int = 0           # tokens in the cache before each timed run
     reps: int = 0
     samples: List[float] = field(default_factory=list)
     profile: List[dict] = field(default_factory=list)   # with profile=True: see profile_rows()
@@ -118,61 +126,88 @@ def format_profile(r: BenchResult) -> str:
 
 
 def run(model, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: int = 0,
-        progress=None, profile: bool = False) -> List[BenchResult]:
-    """Run pp<n_prompt> (if > 0) and tg<n_gen> (if > 0) on `model` (an llmrt.Model); profile:
-    also time every graph node (see the module doc)."""
+        progress=None, profile: bool = False, n_depth: int = 0) -> List[BenchResult]:
+    """Run pp<n_prompt> (if > 0) and tg<n_gen> (if > 0) on `model` (an llmrt.Model), each from a
+    cache holding n_depth random tokens (prefilled untimed before every run); profile: also time
+    every graph node of the timed part (see the module doc)."""
     from llmrt import _core
 
     if reps < 1:
         raise ValueError(f"repetitions must be >= 1, got {reps}")
     if n_prompt < 0 or n_gen < 0 or n_prompt + n_gen == 0:
         raise ValueError(f"need a prompt or generation length > 0, got -p {n_prompt} -n {n_gen}")
+    if n_depth < 0:
+        raise ValueError(f"depth must be >= 0, got -d {n_depth}")
     rng = np.random.default_rng(seed)
-    n_ctx = max(n_prompt, n_gen, 1)
+    n_ctx = n_depth + max(n_prompt, n_gen, 1)
     sess = model.new_session(ctx_size=n_ctx, kv_mode="none")
     isa = _core.isa_current()
     name = getattr(model, "path", "")
     out: List[BenchResult] = []
 
-    def pp() -> float:
-        ids = rng.integers(0, model.n_vocab, n_prompt)
-        sess.reset()
-        t0 = time.perf_counter()
-        sess.eval(ids)
-        return n_prompt / (time.perf_counter() - t0)
-
-    def tg() -> float:
-        tok = [int(rng.integers(0, model.n_vocab))]
-        sess.reset()
-        t0 = time.perf_counter()
-        for _ in range(n_gen):
-            sess.eval(tok)
-        return n_gen / (time.perf_counter() - t0)
-
     def graphs():
         return list(model._graphs.values())
 
+    def start(timed: bool):
+        """the cache holding n_depth random tokens, then (timed and profile) profiling on"""
+        sess.reset()
+        if n_depth:
+            sess.eval(rng.integers(0, model.n_vocab, n_depth))
+        if timed and profile:
+            for g in graphs():
+                g.set_profile(True)
+
+    prof: dict = {}                             # (op, type) -> the timed runs' rows
+
+    def stop(timed: bool):
+        if timed and profile:
+            for d in profile_rows(graphs()):
+                prof.setdefault((d["op"], d["type"]), []).append(d)
+            for g in graphs():
+                g.set_profile(False)
+
+    def mean_rows(k: int) -> List[dict]:
+        """the profile rows averaged over the k timed runs (a row absent from a run counts 0)"""
+        out = [{"op": op, "type": t, "nodes": max(d["nodes"] for d in ds),
+                "ms_per_run": sum(d["ms_per_run"] for d in ds) / k,
+                "wait_ms_per_run": sum(d["wait_ms_per_run"] for d in ds) / k}
+               for (op, t), ds in prof.items()]
+        prof.clear()
+        return sorted(out, key=lambda d: -d["ms_per_run"])
+
+    def pp(timed: bool) -> float:
+        ids = rng.integers(0, model.n_vocab, n_prompt)
+        start(timed)
+        t0 = time.perf_counter()
+        sess.eval(ids)
+        dt = time.perf_counter() - t0
+        stop(timed)
+        return n_prompt / dt
+
+    def tg(timed: bool) -> float:
+        tok = [int(rng.integers(0, model.n_vocab))]
+        start(timed)
+        t0 = time.perf_counter()
+        for _ in range(n_gen):
+            sess.eval(tok)
+        dt = time.perf_counter() - t0
+        stop(timed)
+        return n_gen / dt
+
+    at = f" @ d{n_depth}" if n_depth else ""
     for test, fn, n in (("pp", pp, n_prompt), ("tg", tg, n_gen)):
         if n <= 0:
             continue
-        fn()                                    # warm-up
-        if profile:
-            for g in graphs():
-                g.set_profile(True)
+        fn(False)                               # warm-up
         samples = []
         for _ in range(reps):
-            samples.append(fn())
+            samples.append(fn(True))
             if progress is not None:
                 progress(1)
-        prof = []
-        if profile:
-            prof = profile_rows(graphs())
-            for g in graphs():
-                g.set_profile(False)
         mean, sd = _stats(samples)
-        out.append(BenchResult(f"{test}{n}", mean, sd, model.n_threads, isa, name,
+        out.append(BenchResult(f"{test}{n}{at}", mean, sd, model.n_threads, isa, name,
                                n_prompt if test == "pp" else 0, n_gen if test == "tg" else 0,
-                               reps, samples, prof))
+                               n_depth, reps, samples, mean_rows(reps) if profile else []))
     return out
 
 

@@ -740,6 +740,9 @@ def _print_ppl(r, what: str) -> None:
               help="Prompt test: this many random tokens in one batch (0: skip).")
 @click.option("-n", "--n-gen", type=click.IntRange(0), default=128, show_default=True,
               help="Generation test: this many tokens decoded one at a time (0: skip).")
+@click.option("-d", "--n-depth", type=click.IntRange(0), default=0, show_default=True,
+              help="Each test starts from a cache already holding this many random tokens "
+                   "(prefilled untimed): pp512 @ d1024, tg128 @ d1024, as llama-bench.")
 @click.option("-r", "--repetitions", type=click.IntRange(1), default=5, show_default=True,
               help="Timed repetitions of each test (after one warm-up run).")
 @click.option("-o", "--output", type=click.Choice(["md", "json"]), default="md", show_default=True,
@@ -751,7 +754,7 @@ def _print_ppl(r, what: str) -> None:
 @_THREADS_OPTION
 @_wq_options
 @friendly_errors
-def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, profile, threads, wq):
+def bench(model, n_prompt, n_gen, n_depth, repetitions, output, bandwidth, profile, threads, wq):
     """Benchmark MODEL as llama-bench does: pp<P> (prompt processing, t/s) and tg<N> (decoding,
     t/s), mean ± sd over the repetitions."""
     import json
@@ -764,20 +767,22 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, profile, threa
     if n_prompt == 0 and n_gen == 0:   # before the load, as the ranges above
         raise click.UsageError("nothing to measure: give -p or -n a length > 0")
     t0 = time.perf_counter()
-    m = _load_model(model, threads, max(n_prompt, n_gen, 1), wq)
+    m = _load_model(model, threads, n_depth + max(n_prompt, n_gen, 1), wq)
     m._graph(1, False)                 # weights repacked here (the first graph): part of loading
     load_s = time.perf_counter() - t0
     n_runs = repetitions * ((n_prompt > 0) + (n_gen > 0))
     with Progress(total=n_runs, desc="bench") as bar:
         results = bench_mod.run(m, n_prompt, n_gen, repetitions, progress=bar.update,
-                                profile=profile)
-    bound = bench_mod.bandwidth_bound(m) if bandwidth and n_gen > 0 else None
+                                profile=profile, n_depth=n_depth)
+    # (at a depth the cache's reads add to the weights': no bound, see llmrt/bench.py)
+    bound = bench_mod.bandwidth_bound(m) if bandwidth and n_gen > 0 and n_depth == 0 else None
     name = os.path.basename(m.path)
     if output == "json":
         rows = []
         for r in results:
             d = {"test": r.test, "t_s": r.t_s, "t_s_sd": r.t_s_sd, "n_threads": r.n_threads,
-                 "isa": r.isa, "model": name, "load_s": load_s, "samples": r.samples}
+                 "isa": r.isa, "model": name, "load_s": load_s, "n_depth": r.n_depth,
+                 "samples": r.samples}
             if profile:
                 d["profile"] = r.profile
             if bound is not None and r.test.startswith("tg"):
@@ -790,6 +795,9 @@ def bench(model, n_prompt, n_gen, repetitions, output, bandwidth, profile, threa
         return
     click.echo(bench_mod.format_markdown(results, os.path.getsize(m.path), name))
     click.echo(f"\nload: {load_s:.2f} s")
+    if bandwidth and n_gen > 0 and n_depth > 0:
+        click.echo(f"decode bandwidth bound: not given at depth {n_depth} (the cache's reads add to the "
+                   f"weights', by each layer's window); run -d 0 for it")
     if bound is not None:
         tg = next(r for r in results if r.test.startswith("tg"))
         click.echo(f"decode bandwidth bound: {bound['weight_bytes_per_token'] / 1e6:.1f} MB of weights "

@@ -112,6 +112,42 @@ def test_bench_profile_accounts_for_the_run(tiny_path):
     assert "| mul_mat | Q8_0 | 15 |" in r.stdout
 
 
+def test_bench_at_depth_times_only_the_runs_after_the_cached_tokens(tiny_path, monkeypatch):
+    """-d D (llama-bench's --n-depth): every timed run starts from a cache holding D tokens; the
+    tests are named "pp32 @ d48" and "tg8 @ d48"; the profile holds the timed runs' graph only
+    (the depth prefill's graph, profiled too, would double every node count)."""
+    from llmrt.model import Session
+
+    m = Model(tiny_path, n_threads=2)
+    seen = []                       # (tokens cached, tokens evaluated) of every eval
+    eval_ = Session.eval
+
+    def spy(sess, ids, *a, **kw):
+        seen.append((sess.n_past, len(ids)))
+        return eval_(sess, ids, *a, **kw)
+
+    monkeypatch.setattr(Session, "eval", spy)
+    res = bench.run(m, n_prompt=32, n_gen=8, reps=2, profile=True, n_depth=48)
+    assert [r.test for r in res] == ["pp32 @ d48", "tg8 @ d48"]
+    assert [r.n_depth for r in res] == [48, 48]
+    # (cached, new) per eval: 3 pp runs (warm-up + 2), then 3 tg runs of 8 single tokens, each run
+    # after a prefill of 48 from an empty cache
+    pp_run = [(0, 48), (48, 32)]
+    tg_run = [(0, 48)] + [(48 + i, 1) for i in range(8)]
+    assert seen == pp_run * 3 + tg_run * 3
+    for r in res:
+        ops = {(d["op"], d["type"]): d for d in r.profile}
+        assert ops[("mul_mat", "Q8_0")]["nodes"] == 2 * 7 + 1
+        assert ops[("attention", "")]["nodes"] == 2
+    r = run(["bench", tiny_path, "-p", "8", "-n", "4", "-d", "16", "-r", "1", "-t", "1", "-o", "json"])
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [(d["test"], d["n_depth"]) for d in rows] == [("pp8 @ d16", 16), ("tg4 @ d16", 16)]
+    assert "tg_bound_t_s" not in rows[1]          # the cache's reads add to the weights': no bound
+    r = run(["bench", tiny_path, "-p", "0", "-n", "4", "-d", "-1", "-t", "1"])
+    assert r.exit_code == 2 and "'-d' / '--n-depth': -1 is not in the range x>=0" in r.stderr
+
+
 # mean t/s over runs vs the mean of per-run times: the per-run sums may exceed 1 / mean(t/s)
 # by the spread of the samples (two runs of 10 and 50 ms: 1 / mean(t/s) = 16.7 ms, mean time
 # 30 ms, +80 %); a machine shared with a compiler sees such spreads, so 3x: still far below what a
