@@ -425,9 +425,13 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
         }
     }
 
-    /* heads per chunk: the whole group (up to GMAX) when that leaves a few chunks per thread */
+    /* heads per chunk: the whole group (up to GMAX: each K / V vector loaded and converted once
+     * for all of them) when that leaves every thread a chunk; else one head per chunk. A decode
+     * step's chunk costs about as much per shared K / V conversion as per head (SmolLM2's 3 KV
+     * heads of 3 on 2 threads: 2 chunks of 3 heads on one thread beat 5 of one head;
+     * benchmarks/README.md, "One-token attention: the whole GQA group per chunk") */
     int64_t G = group < GMAX ? group : GMAX;
-    if (n * n_head_kv < 4 * (int64_t)p->nth) G = 1;
+    if (n * n_head_kv < (int64_t)p->nth) G = 1;
     const int64_t n_sub = (group + G - 1) / G; /* chunks per (token, KV head) */
     const int64_t per_tok = n_head_kv * n_sub;
 
