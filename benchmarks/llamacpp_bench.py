@@ -27,6 +27,8 @@ def main(argv=None):
     ap.add_argument("-r", type=int, default=5)
     ap.add_argument("-t", type=int, default=2)
     a = ap.parse_args(argv)
+    if a.d < 0:
+        ap.error(f"-d must be >= 0, got {a.d}")
 
     llama_cpp.llama_backend_init()
     mp = llama_cpp.llama_model_default_params()
@@ -36,8 +38,6 @@ def main(argv=None):
     if not model:
         sys.exit(f"llama.cpp could not load {a.model}")
     cp = llama_cpp.llama_context_default_params()
-    if a.d < 0:
-        sys.exit(f"-d must be >= 0, got {a.d}")
     cp.n_ctx = a.d + max(a.p, a.n) + 16
     cp.n_batch = cp.n_ubatch = max(a.p, a.d, 1)
     cp.n_threads = cp.n_threads_batch = a.t

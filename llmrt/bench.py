@@ -168,12 +168,12 @@ def run(model, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: int =
 
     def mean_rows(k: int) -> List[dict]:
         """the profile rows averaged over the k timed runs (a row absent from a run counts 0)"""
-        out = [{"op": op, "type": t, "nodes": max(d["nodes"] for d in ds),
-                "ms_per_run": sum(d["ms_per_run"] for d in ds) / k,
-                "wait_ms_per_run": sum(d["wait_ms_per_run"] for d in ds) / k}
-               for (op, t), ds in prof.items()]
+        rows = [{"op": op, "type": t, "nodes": max(d["nodes"] for d in ds),
+                 "ms_per_run": sum(d["ms_per_run"] for d in ds) / k,
+                 "wait_ms_per_run": sum(d["wait_ms_per_run"] for d in ds) / k}
+                for (op, t), ds in prof.items()]
         prof.clear()
-        return sorted(out, key=lambda d: -d["ms_per_run"])
+        return sorted(rows, key=lambda d: -d["ms_per_run"])
 
     def pp(timed: bool) -> float:
         ids = rng.integers(0, model.n_vocab, n_prompt)
