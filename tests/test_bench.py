@@ -115,7 +115,8 @@ def test_bench_profile_accounts_for_the_run(tiny_path):
 def test_bench_at_depth_times_only_the_runs_after_the_cached_tokens(tiny_path, monkeypatch):
     """-d D (llama-bench's --n-depth): every timed run starts from a cache holding D tokens; the
     tests are named "pp32 @ d48" and "tg8 @ d48"; the profile holds the timed runs' graph only
-    (the depth prefill's graph, profiled too, would double every node count)."""
+    (the depth prefill's graph, profiled too, would double every node count: 48 tokens run on the
+    graph of up to 128, the prompt's 32 on that of 32, a decoded token on that of 1)."""
     from llmrt.model import Session
 
     m = Model(tiny_path, n_threads=2)
