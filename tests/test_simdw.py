@@ -124,6 +124,12 @@ def reference(op, a, b, c):
         return ((x & y) | (~y & z)).astype(np.uint8).tobytes()
     if op == "bcast256":
         return a[:32] * 2
+    if op == "bcast64":
+        return a[:8] * 8
+    if op == "pairsum_epi32":   # lane 2k: a[2k] + a[2k + 1], lane 2k + 1: b[2k] + b[2k + 1] (wrapping)
+        s_a = (i32(a)[0::2] + i32(a)[1::2]).reshape(-1, 1)
+        s_b = (i32(b)[0::2] + i32(b)[1::2]).reshape(-1, 1)
+        return wrap(np.concatenate([s_a, s_b], 1).ravel(), 32).astype(np.int32).tobytes()
     if op == "unpack_epi8":
         x, y = i8(a), i8(b)
         out = np.zeros(64, np.int64)

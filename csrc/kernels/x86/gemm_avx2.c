@@ -470,7 +470,6 @@ static ALWAYS_INLINE __m256 q4b_d8(const uint8_t *g0, const uint8_t *g1, int64_t
     return _mm256_set_m128(d1, d0);
 }
 
-#define Q4BG_DPBUSD 0
 #define Q4BG_PF_BYTES GEMV_PF_BYTES
 #define Q4BG_MAX_NX X8_SMALL_NX
 #define Q4BG_MAX_GROUPS (2 * Q4B_SETS)

@@ -88,6 +88,12 @@ static inline wvi w_set1_epi16(int16_t x) { return _mm512_set1_epi16(x); }
 static inline wvi w_set1_epi32(int32_t x) { return _mm512_set1_epi32(x); }
 /* the 32 bytes at p in both halves */
 static inline wvi w_bcast256(const void *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
+/* the 8 bytes at p in every 64-bit lane (a vpbroadcastq from memory) */
+static inline wvi w_bcast64(const void *p) {
+    long long x;
+    memcpy(&x, p, 8);
+    return _mm512_set1_epi64(x);
+}
 #define w_srli_epi16(v, n) _mm512_srli_epi16((v), (n))
 #define w_slli_epi16(v, n) _mm512_slli_epi16((v), (n))
 #define w_srli_epi32(v, n) _mm512_srli_epi32((v), (n))
@@ -112,6 +118,13 @@ static inline wvi w_set1_epi8(int8_t x) { const __m256i v = _mm256_set1_epi8(x);
 static inline wvi w_set1_epi16(int16_t x) { const __m256i v = _mm256_set1_epi16(x); wvi r = { v, v }; return r; }
 static inline wvi w_set1_epi32(int32_t x) { const __m256i v = _mm256_set1_epi32(x); wvi r = { v, v }; return r; }
 static inline wvi w_bcast256(const void *p) { const __m256i v = _mm256_loadu_si256((const __m256i *)p); wvi r = { v, v }; return r; }
+static inline wvi w_bcast64(const void *p) {
+    long long x;
+    memcpy(&x, p, 8);
+    const __m256i v = _mm256_set1_epi64x(x);
+    wvi r = { v, v };
+    return r;
+}
 #define SIMDW_SHIFT(op256, v, n) ({ wvi v_ = (v); wvi r_ = { op256(v_.lo, (n)), op256(v_.hi, (n)) }; r_; })
 #define w_srli_epi16(v, n) SIMDW_SHIFT(_mm256_srli_epi16, v, n)
 #define w_slli_epi16(v, n) SIMDW_SHIFT(_mm256_slli_epi16, v, n)
@@ -122,6 +135,15 @@ static inline wvi w_bcast256(const void *p) { const __m256i v = _mm256_loadu_si2
 #endif
 
 SIMDW_I2(w_and, _mm512_and_si512, _mm256_and_si256)
+/* the even i32 lanes of a, the odd ones of b */
+#ifdef SIMDW_AVX512
+static inline wvi w_blend_odd32(wvi a, wvi b) { return _mm512_mask_blend_epi32(0xAAAA, a, b); }
+#else
+static inline wvi w_blend_odd32(wvi a, wvi b) {
+    wvi r = { _mm256_blend_epi32(a.lo, b.lo, 0xAA), _mm256_blend_epi32(a.hi, b.hi, 0xAA) };
+    return r;
+}
+#endif
 SIMDW_I2(w_or, _mm512_or_si512, _mm256_or_si256)
 SIMDW_I2(w_xor, _mm512_xor_si512, _mm256_xor_si256)
 SIMDW_I2(w_andnot, _mm512_andnot_si512, _mm256_andnot_si256) /* ~a & b */
