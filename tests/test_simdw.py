@@ -23,7 +23,7 @@ N_TRIALS = 200
 def real_ok(op):
     if not HAS_512:
         return False
-    if op == "dpbusd":
+    if op in ("dpbusd", "dpwssd"):
         return F["avx512_vnni"]
     if op == "dpbf16_ps":
         return F["avx512_bf16"]
@@ -150,6 +150,9 @@ def reference(op, a, b, c):
         return table[idx & 31].astype(np.uint16).tobytes()
     if op == "dpbusd":
         p = (u8(a) * i8(b)).reshape(16, 4).sum(1)
+        return wrap(i32(c) + p, 32).astype(np.int32).tobytes()
+    if op == "dpwssd":
+        p = (i16(a) * i16(b)).reshape(16, 2).sum(1)
         return wrap(i32(c) + p, 32).astype(np.int32).tobytes()
     if op == "fmadd_ps":
         x, y, z = (np.frombuffer(v, np.float32).astype(np.float64) for v in (a, b, c))

@@ -232,6 +232,17 @@ static inline wvi w_dpbusd(wvi acc, wvi u, wvi s) {
     return r;
 }
 #endif
+/* Σ over each pair of i16 of a · b, added to the i32 lanes of acc, wrapping: vpdpwssd (AVX512-VNNI). The
+ * emulation: madd (the pair's sum in i32, wrapping only for two (-32768)² products) and an add: the
+ * same sum modulo 2^32. */
+#ifdef SIMDW_AVX512
+static inline wvi w_dpwssd(wvi acc, wvi a, wvi b) { return _mm512_dpwssd_epi32(acc, a, b); }
+#else
+static inline wvi w_dpwssd(wvi acc, wvi a, wvi b) {
+    wvi r = { _mm256_add_epi32(acc.lo, _mm256_madd_epi16(a.lo, b.lo)), _mm256_add_epi32(acc.hi, _mm256_madd_epi16(a.hi, b.hi)) };
+    return r;
+}
+#endif
 /* the same on 256 bits (AVX512-VL + VNNI's ymm vpdpbusd), for kernels that keep AVX2's widths */
 #ifdef SIMDW_AVX512
 static inline __m256i w256_dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
