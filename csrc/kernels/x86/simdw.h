@@ -14,7 +14,7 @@
  *                 llmrt_set_isa_emulated() (tests) does.
  *
  * A kernel file defines exactly one backend macro, and SIMDW_VNNI / SIMDW_BF16 (0 or 1: whether
- * w_dpbusd / w_dpbf16_ps exist; for the real backend the target must then include avx512vnni /
+ * w_dpbusd, w_dpwssd / w_dpbf16_ps exist; for the real backend the target must then include avx512vnni /
  * avx512bf16), then includes this header after its target pragma. Kernel bodies shared by the two
  * backends live in `*_w.inc` files included by one real and one emulated .c file, their function
  * names built with WNAME(name) (name ## _ ## SIMDW_SUFFIX).
@@ -239,7 +239,8 @@ static inline wvi w_dpbusd(wvi acc, wvi u, wvi s) {
 static inline wvi w_dpwssd(wvi acc, wvi a, wvi b) { return _mm512_dpwssd_epi32(acc, a, b); }
 #else
 static inline wvi w_dpwssd(wvi acc, wvi a, wvi b) {
-    wvi r = { _mm256_add_epi32(acc.lo, _mm256_madd_epi16(a.lo, b.lo)), _mm256_add_epi32(acc.hi, _mm256_madd_epi16(a.hi, b.hi)) };
+    wvi r = { _mm256_add_epi32(acc.lo, _mm256_madd_epi16(a.lo, b.lo)),
+              _mm256_add_epi32(acc.hi, _mm256_madd_epi16(a.hi, b.hi)) };
     return r;
 }
 #endif
