@@ -14,22 +14,23 @@
 #include "../pack_k.h"
 #include "../quant_common.h" /* kvalues_iq4nl */
 
+/* scales16_to_2x8's shuffle for group g: low half word 2g % 8 of the pair's source (s0..s7 for g < 4,
+ * else s8..s15, in both halves), high half word (2g + 1) % 8 */
+static inline __m256i scales16_idx(int g) {
+    const int w0 = (2 * g) % 8, w1 = (2 * g + 1) % 8;
+    return _mm256_setr_epi8(2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0,
+                            2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w1, 2 * w1 + 1,
+                            2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1,
+                            2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1);
+}
+
 /* the 8 i16 scale vectors of a super-block from its 16 scales (int8, or uint8 masked to 0..15):
  * sc[g] = 8 x s[2g] | 8 x s[2g+1] (lanes 0..7 scale the first 16 elements of group g) */
 static inline void scales16_to_2x8(__m128i s8, int is_signed, __m256i *sc) {
     const __m256i s16 = is_signed ? _mm256_cvtepi8_epi16(s8) : _mm256_cvtepu8_epi16(s8); /* s0..s7 | s8..s15 */
     const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00); /* s0..s7 in both halves */
     const __m256i hi = _mm256_permute2x128_si256(s16, s16, 0x11); /* s8..s15 in both halves */
-    for (int g = 0; g < 8; g++) {
-        /* low half: word 2g % 8 of the pair's source, high half: word (2g + 1) % 8 */
-        const int w0 = (2 * g) % 8, w1 = (2 * g + 1) % 8;
-        const __m256i idx = _mm256_setr_epi8(2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0,
-                                             2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1, 2 * w0, 2 * w0 + 1,
-                                             2 * w0, 2 * w0 + 1, 2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1,
-                                             2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1,
-                                             2 * w1, 2 * w1 + 1, 2 * w1, 2 * w1 + 1);
-        sc[g] = _mm256_shuffle_epi8(g < 4 ? lo : hi, idx);
-    }
+    for (int g = 0; g < 8; g++) sc[g] = _mm256_shuffle_epi8(g < 4 ? lo : hi, scales16_idx(g));
 }
 
 /* the 8 i16 scale vectors of a Q4_K / Q5_K row-block from its 8 uint8 scales: sc[s] = 16 x s[s] */
