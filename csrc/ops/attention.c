@@ -155,6 +155,14 @@ static void visible_mask(const int32_t *cpos, int64_t n_valid, int64_t n_kv, int
     if (*hi >= 0) aligned_range(*lo, *hi, n_kv, a, b);
 }
 
+/* Prefetch (into L2) the first `bytes` of rows [r0, r1), `stride` bytes apart from base. */
+static void prefetch_rows_l2(const char *base, size_t stride, int64_t r0, int64_t r1, size_t bytes) {
+    for (int64_t r = r0; r < r1; r++) {
+        const char *row = base + (size_t)r * stride;
+        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o, 0, 2); /* T1 on x86 */
+    }
+}
+
 /* ggml_vec_max_f32 of x[0 .. n) in 8 independent chains (a NaN is skipped, as the per-token path
  * does). The maximum's value does not depend on the order; only which of +0 and -0 is kept can,
  * and exp(s - max) is the same for both. */
@@ -490,6 +498,16 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
          * same sums (the blocks left out add exact zeros) */
         int64_t a = 0, b = n_kv;
         if (pv != NULL && hi >= 0) aligned_range(lo, hi, n_kv, &a, &b);
+        /* V's rows of [lo, hi] asked into L2 before the scores, once per (sequence, KV head): the
+         * first chunk of a head to run is its sequence's last token (tokens go last to first),
+         * and a decode step's cache comes from memory (the weights went through the caches
+         * since the last layer read it). P.V walks V's cells 32 apart, a pattern the hardware
+         * prefetchers do not follow (benchmarks/README.md, "Decode attention: V asked for
+         * before the scores") */
+        if (pv != NULL && hi >= 0) {
+            const llmrt_run_seq *sq = llmrt_token_seq(p->ctx, i);
+            if (i == sq->tok0 + sq->n - 1) prefetch_rows_l2(vbase, vcell, lo, hi + 1, (size_t)hd_v * esize);
+        }
         /* scores: K.q on [lo, hi] (masked cells inside are computed, then overwritten) */
         if (hi >= 0) {
             if (qk != NULL) {

@@ -42,6 +42,11 @@
 
 enum { KIND_F32, KIND_F16 };
 
+static ALWAYS_INLINE void prefetch_v(int kind, const void *p, int64_t i) {
+    _mm_prefetch(kind == KIND_F16 ? (const char *)((const llmrt_fp16_t *)p + i) : (const char *)((const float *)p + i),
+                 _MM_HINT_T0);
+}
+
 static ALWAYS_INLINE __m256 load8(const void *p, int64_t i, int kind) {
     if (kind == KIND_F16) return _mm256_cvtph_ps(loadu128((const llmrt_fp16_t *)p + i));
     return _mm256_loadu_ps((const float *)p + i);
@@ -51,8 +56,16 @@ static ALWAYS_INLINE __m256 load8(const void *p, int64_t i, int kind) {
  * d0 + 8 k + e of row j goes to ch[((j * 32 + L) * NV + k) * 8 + e]. pf: the rows' probabilities
  * in f32, pf[j * ldp + c - c0]; nz[c - c0]: whether some row's p[c] != 0. */
 static ALWAYS_INLINE void pv_chains(int kind, int NQ, int NV, float *ch, const void *v, int64_t ldv,
-                                    const float *pf, int64_t ldp, const uint8_t *nz, int c0, int c1, int d0) {
+                                    const float *pf, int64_t ldp, const uint8_t *nz, int c0, int c1, int d0,
+                                    int pf_next) {
+    const int64_t n = (int64_t)c1 - c0;
     for (int L = 0; L < 32; L++) {
+        /* the next block's V (d0 + 8 NV on) into L1 meanwhile: a 32nd of the cells per pass */
+        if (pf_next) {
+            for (int64_t m = L * n / 32; m < (L + 1) * n / 32; m++) {
+                prefetch_v(kind, v, (c0 + m) * ldv + d0 + 8 * NV);
+            }
+        }
         __m256 a[4][8];
         for (int j = 0; j < NQ; j++) {
             for (int k = 0; k < NV; k++) a[j][k] = _mm256_setzero_ps();
@@ -102,15 +115,19 @@ static ALWAYS_INLINE void pv_reduce(int kind, int NQ, int NV, float *y, int64_t 
 static ALWAYS_INLINE void pv_rows(int kind, int NQ, int NVMAX, int hd, float *y, int64_t ldy, const void *v,
                                   int64_t ldv, const float *pf, int64_t ldp, const uint8_t *nz, int c0, int c1,
                                   float *ch) {
+    /* the passes of a block read every 32nd cell: the first block's V is asked into L1 here,
+     * each next block's during the passes of the one before */
+    for (int64_t c = c0; c < c1; c++) prefetch_v(kind, v, c * ldv);
     for (int d0 = 0; d0 < hd;) {
         const int left = hd - d0;
         int nv = NVMAX;
         while (nv > 1 && 8 * nv > left) nv /= 2;
+        const int nx = d0 + 8 * nv < hd;
         switch (nv) { /* constant register counts, so the accumulators stay in registers */
-        case 8: pv_chains(kind, NQ, 8, ch, v, ldv, pf, ldp, nz, c0, c1, d0); pv_reduce(kind, NQ, 8, y, ldy, ch, d0); break;
-        case 4: pv_chains(kind, NQ, 4, ch, v, ldv, pf, ldp, nz, c0, c1, d0); pv_reduce(kind, NQ, 4, y, ldy, ch, d0); break;
-        case 2: pv_chains(kind, NQ, 2, ch, v, ldv, pf, ldp, nz, c0, c1, d0); pv_reduce(kind, NQ, 2, y, ldy, ch, d0); break;
-        default: pv_chains(kind, NQ, 1, ch, v, ldv, pf, ldp, nz, c0, c1, d0); pv_reduce(kind, NQ, 1, y, ldy, ch, d0); break;
+        case 8: pv_chains(kind, NQ, 8, ch, v, ldv, pf, ldp, nz, c0, c1, d0, nx); pv_reduce(kind, NQ, 8, y, ldy, ch, d0); break;
+        case 4: pv_chains(kind, NQ, 4, ch, v, ldv, pf, ldp, nz, c0, c1, d0, nx); pv_reduce(kind, NQ, 4, y, ldy, ch, d0); break;
+        case 2: pv_chains(kind, NQ, 2, ch, v, ldv, pf, ldp, nz, c0, c1, d0, nx); pv_reduce(kind, NQ, 2, y, ldy, ch, d0); break;
+        default: pv_chains(kind, NQ, 1, ch, v, ldv, pf, ldp, nz, c0, c1, d0, nx); pv_reduce(kind, NQ, 1, y, ldy, ch, d0); break;
         }
         d0 += 8 * nv;
     }
