@@ -28,6 +28,14 @@ size_t llmrt_kv_cache_v_cell_bytes(const llmrt_kv_cache *c, int l) {
     return (size_t)c->n_head_kv[l] * (size_t)c->hd_v[l] * elem_size(c);
 }
 
+void *llmrt_kv_cache_k_head(const llmrt_kv_cache *c, int l, int kh) {
+    return (char *)c->k[l] + (size_t)kh * (size_t)c->n_ctx * (size_t)c->hd_k[l] * elem_size(c);
+}
+
+void *llmrt_kv_cache_v_head(const llmrt_kv_cache *c, int l, int kh) {
+    return (char *)c->v[l] + (size_t)kh * (size_t)c->n_ctx * (size_t)c->hd_v[l] * elem_size(c);
+}
+
 /* Floats of one cell of layer l's master keys. */
 static size_t kpre_cell_floats(const llmrt_kv_cache *c, int l) {
     return (size_t)c->n_head_kv[l] * (size_t)c->hd_k[l];
@@ -255,8 +263,10 @@ void llmrt_kv_cache_compact(llmrt_kv_cache *c) {
     for (int i = 0; i < c->n_used && !moved; i++) moved = c->order[i] != i;
     if (moved) {
         for (int l = 0; l < c->n_layer; l++) {
-            permute(c, c->k[l], llmrt_kv_cache_k_cell_bytes(c, l), c->order, c->n_ctx);
-            permute(c, c->v[l], llmrt_kv_cache_v_cell_bytes(c, l), c->order, c->n_ctx);
+            for (int h = 0; h < c->n_head_kv[l]; h++) {
+                permute(c, llmrt_kv_cache_k_head(c, l, h), (size_t)c->hd_k[l] * elem_size(c), c->order, c->n_ctx);
+                permute(c, llmrt_kv_cache_v_head(c, l, h), (size_t)c->hd_v[l] * elem_size(c), c->order, c->n_ctx);
+            }
             if (c->k_pre != NULL) {
                 permute(c, c->k_pre[l], kpre_cell_floats(c, l) * sizeof(float), c->order, c->n_ctx);
             }
@@ -354,16 +364,15 @@ static void rerope_cell(llmrt_kv_cache *c, int l, int cell, const float *cs, flo
     const llmrt_rope_params *rp = &c->rope[l];
     const float *x = c->k_pre[l] + (size_t)cell * kpre_cell_floats(c, l);
     if (c->type == LLMRT_TYPE_F16) {
-        llmrt_fp16_t *kh = (llmrt_fp16_t *)c->k[l] + (size_t)cell * kpre_cell_floats(c, l);
         const llmrt_quant_row_fn to_f16 = llmrt_kernels()->quant_row[LLMRT_TYPE_F16]; /* RNE, as KV_STORE */
         for (int h = 0; h < nkv; h++) {
             llmrt_rope_apply(cs, rp->n_rot, rp->mode, hd, x + (size_t)h * hd, tmp);
-            to_f16(tmp, kh + (size_t)h * hd, hd);
+            to_f16(tmp, (llmrt_fp16_t *)llmrt_kv_cache_k_head(c, l, h) + (size_t)cell * hd, hd);
         }
     } else {
-        float *kf = (float *)c->k[l] + (size_t)cell * kpre_cell_floats(c, l);
         for (int h = 0; h < nkv; h++) {
-            llmrt_rope_apply(cs, rp->n_rot, rp->mode, hd, x + (size_t)h * hd, kf + (size_t)h * hd);
+            llmrt_rope_apply(cs, rp->n_rot, rp->mode, hd, x + (size_t)h * hd,
+                             (float *)llmrt_kv_cache_k_head(c, l, h) + (size_t)cell * hd);
         }
     }
 }
@@ -474,6 +483,23 @@ static void *cur_take(cursor *k, size_t n) {
 
 static size_t pad4(size_t n) { return (n + 3) & ~(size_t)3; }
 
+/* Moves the first n cells of a head-major K or V array (nh heads of n_ctx rows of `row` bytes)
+ * between the image and the cache as n cell-major cells ([cell][head][row]: the image keeps the
+ * layout it had before the cache went head-major), padded to 4 (image -> cache only when apply). */
+static void cur_cells(cursor *k, void *mem, size_t n, int nh, size_t n_ctx, size_t row, int apply) {
+    unsigned char *p = (unsigned char *)cur_take(k, pad4(n * (size_t)nh * row));
+    if (p == NULL) return;
+    unsigned char *m = (unsigned char *)mem;
+    for (size_t i = 0; i < n; i++) {
+        for (int h = 0; h < nh; h++) {
+            unsigned char *img = p + (i * (size_t)nh + (size_t)h) * row, *cache = m + ((size_t)h * n_ctx + i) * row;
+            if (k->w != NULL) memcpy(img, cache, row);
+            else if (apply) memcpy(cache, img, row);
+        }
+    }
+    if (k->w != NULL) memset(p + n * (size_t)nh * row, 0, pad4(n * (size_t)nh * row) - n * (size_t)nh * row);
+}
+
 /* Moves n bytes between the image and `mem` (image -> mem only when apply), padded to 4. */
 static void cur_bytes(cursor *k, void *mem, size_t n, int apply) {
     unsigned char *p = (unsigned char *)cur_take(k, pad4(n));
@@ -549,8 +575,9 @@ static int state_pass(llmrt_kv_cache *c, cursor *k, int apply) {
         }
     }
     for (int l = 0; l < c->n_layer; l++) {
-        cur_bytes(k, c->k[l], np * llmrt_kv_cache_k_cell_bytes(c, l), apply);
-        cur_bytes(k, c->v[l], np * llmrt_kv_cache_v_cell_bytes(c, l), apply);
+        const size_t es = elem_size(c);
+        cur_cells(k, c->k[l], np, c->n_head_kv[l], (size_t)c->n_ctx, (size_t)c->hd_k[l] * es, apply);
+        cur_cells(k, c->v[l], np, c->n_head_kv[l], (size_t)c->n_ctx, (size_t)c->hd_v[l] * es, apply);
         if (!has_shift) continue;
         cur_bytes(k, c->k_pre[l], np * kpre_cell_floats(c, l) * sizeof(float), apply);
         const uint8_t has_rope = (uint8_t)cur_i32(k, c->has_rope[l]);

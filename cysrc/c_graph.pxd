@@ -53,6 +53,8 @@ cdef extern from "llmrt/kv_cache.h" nogil:
                                        const int *hd_k, const int *hd_v, int type)
     void llmrt_kv_cache_free(llmrt_kv_cache *c)
     size_t llmrt_kv_cache_k_cell_bytes(const llmrt_kv_cache *c, int l)
+    void *llmrt_kv_cache_k_head(const llmrt_kv_cache *c, int l, int kh)
+    void *llmrt_kv_cache_v_head(const llmrt_kv_cache *c, int l, int kh)
     size_t llmrt_kv_cache_v_cell_bytes(const llmrt_kv_cache *c, int l)
     void llmrt_kv_cache_clear(llmrt_kv_cache *c)
     int llmrt_kv_cache_prepare(llmrt_kv_cache *c, int n)

@@ -170,12 +170,20 @@ cdef class KVCache:
 
     def _cells(self, int layer, bint want_k):
         self._check_layer(layer)
-        cdef size_t cell = (llmrt_kv_cache_k_cell_bytes(self.c, layer) if want_k
-                            else llmrt_kv_cache_v_cell_bytes(self.c, layer))
-        raw = self._gather(<const unsigned char *>(self.c.k[layer] if want_k else self.c.v[layer]), cell)
-        hd = self.c.hd_k[layer] if want_k else self.c.hd_v[layer]
+        cdef int nh = self.c.n_head_kv[layer]
+        cdef int hd = self.c.hd_k[layer] if want_k else self.c.hd_v[layer]
+        cdef size_t row = <size_t>hd * (2 if self.dtype == "f16" else 4)
         dt = np.float16 if self.dtype == "f16" else np.float32
-        return raw.view(dt).reshape(self.c.n_used, self.c.n_head_kv[layer], hd)
+        out = np.empty((self.c.n_used, nh, hd), dtype=dt)
+        cdef int h
+        cdef const unsigned char *head
+        for h in range(nh):     # the cache is head-major: each head's cells, gathered in token order
+            if want_k:
+                head = <const unsigned char *>llmrt_kv_cache_k_head(self.c, layer, h)
+            else:
+                head = <const unsigned char *>llmrt_kv_cache_v_head(self.c, layer, h)
+            out[:, h, :] = self._gather(head, row).view(dt).reshape(self.c.n_used, hd)
+        return out
 
     def k(self, int layer):
         """Keys of the tokens of a layer, in token order, [n_used, n_head_kv, hd_k] (a copy)."""

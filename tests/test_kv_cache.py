@@ -257,6 +257,34 @@ def test_validation(rng):
 
 
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
+def test_state_image_keeps_cells_cell_major(rng, dtype):
+    """The cache is head-major in memory ([head][cell][hd], kv_cache.h) while its state image
+    keeps K and V cell-major ([cell][head][hd]), the layout images had before: each layer's K
+    and V blocks of the image are the cells' bytes in that order (KVCache.k / v, token order ==
+    cell order here), and the image loads back into an equal cache."""
+    kg = KGraph(rng, dict(n_rot=HD, mode=2, freq_base=10000.0), None)
+    c = kg.cache(16, dtype, shift=False)
+    n = 11
+    kg.run(c, rng.integers(0, VOCAB, size=n).tolist(), 0)
+    img = c.state()
+    pad4 = lambda x: (x + 3) // 4 * 4                          # noqa: E731
+    at = 4 * 8 + 2 * 12 + n * 4 + n * 4 + pad4(n)              # header, shapes, pos, order, live
+    cell = NKV * HD * (2 if dtype == "f16" else 4)
+    for il in range(2):
+        for arr in (c.k(il), c.v(il)):
+            assert arr.shape == (n, NKV, HD)
+            assert img[at:at + n * cell] == arr.tobytes()
+            at += pad4(n * cell)
+    assert at == len(img)
+    d = kg.cache(16, dtype, shift=False)
+    d.load_state(img)
+    for il in range(2):
+        np.testing.assert_array_equal(d.k(il), c.k(il))
+        np.testing.assert_array_equal(d.v(il), c.v(il))
+    assert d.state() == img
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32"])
 def test_holes_fill_then_compaction(rng, dtype):
     """Evicted cells become holes: the next run goes into the first hole that holds it, else
     after the highest live cell, else the cache compacts into token order first. At every step

@@ -22,7 +22,8 @@
  * and last visible one are scored, and the softmax and P.V only visit the 64-cell blocks around
  * them (the others hold masked or unused cells, whose exact zeros change no sum). Threads claim
  * (token, head group) chunks in a prefill, last token first, and (token, head) chunks in a
- * decode step, which is then shared over the heads.
+ * decode step, which is then shared over the heads. Each KV head's cells are one contiguous
+ * array (kv_cache.h: head-major), so a chunk reads its K and V as streams.
  *
  * A prefill over an f16 cache (enough tokens for a few chunks per thread) takes attention_tiled
  * instead: chunks of several tokens and one KV head, P.V as many vec_dot_f16's over V transposed
@@ -47,19 +48,21 @@ void llmrt_compute_kv_store(const llmrt_compute_params *p, llmrt_tensor *dst) {
     for (int64_t i = llmrt_claim(p); i < n; i = llmrt_claim(p)) {
         const llmrt_run_seq *sq = llmrt_token_seq(p->ctx, i); /* the token's own sequence's cache */
         llmrt_kv_cache *cache = sq->cache;
-        const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
-        const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
         const int64_t cell = sq->kv_first + (i - sq->tok0);
-        const float *ks = (const float *)((const char *)k->data + i * k->nb[2]);
-        const float *vs = (const float *)((const char *)v->data + i * v->nb[2]);
-        char *kd = (char *)cache->k[l] + (size_t)cell * kcell;
-        char *vd = (char *)cache->v[l] + (size_t)cell * vcell;
-        if (cache->type == LLMRT_TYPE_F16) { /* round to nearest even (F16C where the level has it) */
-            p->ctx->kt->quant_row[LLMRT_TYPE_F16](ks, kd, nk);
-            p->ctx->kt->quant_row[LLMRT_TYPE_F16](vs, vd, nv);
-        } else {
-            memcpy(kd, ks, (size_t)nk * sizeof(float));
-            memcpy(vd, vs, (size_t)nv * sizeof(float));
+        const int64_t nh = cache->n_head_kv[l], hk = nk / nh, hv = nv / nh; /* per head */
+        const size_t es = cache->type == LLMRT_TYPE_F16 ? sizeof(llmrt_fp16_t) : sizeof(float);
+        for (int64_t h = 0; h < nh; h++) { /* the cache is head-major (kv_cache.h) */
+            const float *ks = (const float *)((const char *)k->data + i * k->nb[2]) + h * hk;
+            const float *vs = (const float *)((const char *)v->data + i * v->nb[2]) + h * hv;
+            char *kd = (char *)llmrt_kv_cache_k_head(cache, l, (int)h) + (size_t)cell * (size_t)hk * es;
+            char *vd = (char *)llmrt_kv_cache_v_head(cache, l, (int)h) + (size_t)cell * (size_t)hv * es;
+            if (cache->type == LLMRT_TYPE_F16) { /* round to nearest even (F16C where the level has it) */
+                p->ctx->kt->quant_row[LLMRT_TYPE_F16](ks, kd, hk);
+                p->ctx->kt->quant_row[LLMRT_TYPE_F16](vs, vd, hv);
+            } else {
+                memcpy(kd, ks, (size_t)hk * sizeof(float));
+                memcpy(vd, vs, (size_t)hv * sizeof(float));
+            }
         }
     }
 }
@@ -265,8 +268,7 @@ static void attention_tiled(const llmrt_compute_params *p, llmrt_tensor *dst, ll
     const int64_t n_head_kv = cache->n_head_kv[l];
     const int64_t hd_v = cache->hd_v[l];
     const int64_t group = n_head / n_head_kv;
-    const int64_t ldk = (int64_t)(llmrt_kv_cache_k_cell_bytes(cache, l) / sizeof(llmrt_fp16_t));
-    const int64_t ldv = (int64_t)(llmrt_kv_cache_v_cell_bytes(cache, l) / sizeof(llmrt_fp16_t));
+    const int64_t ldk = hd_k, ldv = hd_v; /* a head's cells are rows of its contiguous array */
     const int32_t *cpos = cache->pos;
     const llmrt_quant_row_fn to_f16 = kt->quant_row[LLMRT_TYPE_F16];  /* round to nearest even */
     const llmrt_dequant_row_fn to_f32 = kt->dequant_row[LLMRT_TYPE_F16]; /* exact */
@@ -292,8 +294,8 @@ static void attention_tiled(const llmrt_compute_params *p, llmrt_tensor *dst, ll
         const int64_t i0 = (n_tb - 1 - c % n_tb) * TB;
         const int64_t nt = n - i0 < TB ? n - i0 : TB;
         const int64_t R = nt * group;
-        const llmrt_fp16_t *kbase = (const llmrt_fp16_t *)cache->k[l] + kh * hd_k;
-        const llmrt_fp16_t *vbase = (const llmrt_fp16_t *)cache->v[l] + kh * hd_v;
+        const llmrt_fp16_t *kbase = (const llmrt_fp16_t *)llmrt_kv_cache_k_head(cache, l, (int)kh);
+        const llmrt_fp16_t *vbase = (const llmrt_fp16_t *)llmrt_kv_cache_v_head(cache, l, (int)kh);
 
         /* each token's ranges, and their unions [LO, HI] (scores), [A, B) (softmax, P.V) */
         int64_t LO = n_valid, HI = -1, A = n_kv, B = 0;
@@ -408,8 +410,8 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
      * without attention kernels of its own keeps the lower level's pair: levels stack) */
     const llmrt_vec_dot_fn dot = kt->attn_pv_dot[T] != NULL ? kt->attn_pv_dot[T] : kt->vec_dot[T];
     const size_t esize = is_f16 ? sizeof(llmrt_fp16_t) : sizeof(float);
-    const size_t kcell = llmrt_kv_cache_k_cell_bytes(cache, l);
-    const size_t vcell = llmrt_kv_cache_v_cell_bytes(cache, l);
+    const size_t kcell = (size_t)hd_k * esize; /* bytes from a cell to the next in one KV head */
+    const size_t vcell = (size_t)hd_v * esize;
     const llmrt_quant_row_fn to_f16 = kt->quant_row[LLMRT_TYPE_F16]; /* round to nearest even */
     /* row-by-row P.V (same operations as the column dots) when this level has it for `dot` */
     const llmrt_attn_pv_fn pv = kt->attn_pv[T] != NULL && kt->attn_pv_dot[T] == dot && hd_v % 8 == 0
@@ -478,8 +480,8 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
                 memcpy((float *)qc + j * hd_k, qv, (size_t)hd_k * sizeof(float));
             }
         }
-        const char *kbase = (const char *)seq_cache->k[l] + (size_t)kh * (size_t)hd_k * esize;
-        const char *vbase = (const char *)seq_cache->v[l] + (size_t)kh * (size_t)hd_v * esize;
+        const char *kbase = (const char *)llmrt_kv_cache_k_head(seq_cache, l, (int)kh);
+        const char *vbase = (const char *)llmrt_kv_cache_v_head(seq_cache, l, (int)kh);
 
         /* lo..hi: the first and last unmasked cell (causal by stored position, sliding window);
          * the same for every head of token i */

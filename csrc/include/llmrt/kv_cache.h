@@ -1,8 +1,10 @@
 /*
  * kv_cache.h — the key/value cache attention reads and writes, and its streaming operations.
  *
- * Per layer l: K[l] is [n_ctx][n_head_kv[l]][hd_k[l]] and V[l] is [n_ctx][n_head_kv[l]][hd_v[l]]
- * (innermost last), in f16 (default) or f32. One array pos[n_ctx] (shared by all layers) holds
+ * Per layer l: K[l] is [n_head_kv[l]][n_ctx][hd_k[l]] and V[l] is [n_head_kv[l]][n_ctx][hd_v[l]]
+ * (innermost last; head-major: attention reads one KV head's cells as one contiguous stream, which
+ * the hardware prefetchers follow, where a head's slices of cell-major rows ran at a fifth of
+ * the memory's speed), in f16 (default) or f32. One array pos[n_ctx] (shared by all layers) holds
  * the position of the token stored in each cell. The cache holds n_used tokens; token j (in the
  * order they came, "token order") is in cell order[j]. Cells need not be in token order: an
  * eviction leaves holes that later tokens fill, and nothing moves. A free cell has position
@@ -77,8 +79,8 @@ typedef struct {
     int *n_head_kv;    /* [n_layer] */
     int *hd_k;         /* [n_layer] head dim of K */
     int *hd_v;         /* [n_layer] head dim of V */
-    void **k;          /* [n_layer] -> [n_ctx][n_head_kv][hd_k] elements of `type` */
-    void **v;          /* [n_layer] -> [n_ctx][n_head_kv][hd_v] */
+    void **k;          /* [n_layer] -> [n_head_kv][n_ctx][hd_k] elements of `type` (head-major) */
+    void **v;          /* [n_layer] -> [n_head_kv][n_ctx][hd_v] */
     int32_t *pos;      /* [n_ctx] position of the token in each cell */
     int n_used;        /* tokens in the cache */
     int n_pending;     /* cells [first, first + n_pending) reserved for the next run */
@@ -109,6 +111,9 @@ void llmrt_kv_cache_free(llmrt_kv_cache *c);
 /* Bytes of one cell of layer l's K (or V): n_head_kv * hd * element size. */
 size_t llmrt_kv_cache_k_cell_bytes(const llmrt_kv_cache *c, int l);
 size_t llmrt_kv_cache_v_cell_bytes(const llmrt_kv_cache *c, int l);
+/* Head kh of layer l's K / V: n_ctx rows of hd_k / hd_v elements, a row per cell, contiguous. */
+void *llmrt_kv_cache_k_head(const llmrt_kv_cache *c, int l, int kh);
+void *llmrt_kv_cache_v_head(const llmrt_kv_cache *c, int l, int kh);
 /* Bytes the cache allocated (K, V, positions, master keys and rope tables). */
 size_t llmrt_kv_cache_nbytes(const llmrt_kv_cache *c);
 
@@ -152,7 +157,9 @@ int llmrt_kv_cache_copy(llmrt_kv_cache *dst, const llmrt_kv_cache *src);
  * n_used, n_phys, pos_offset, the positions and live marks of cells [0, n_phys), the token
  * order, and per layer the K and V of those cells and, with shift enabled, their master keys and
  * the layer's rope registration. Cells keep their indices, so a loaded cache is the saved one
- * cell for cell (attention visits cells in index order: the same sums). Native byte order. */
+ * cell for cell (attention visits cells in index order: the same sums). Native byte order. K
+ * and V go in cell-major order ([cell][head][hd], the cache's layout before it went head-major),
+ * so images saved before and after that load alike. */
 size_t llmrt_kv_cache_state_bytes(const llmrt_kv_cache *c);
 /* Writes the image (exactly state_bytes bytes; nothing may be pending). LLMRT_EINVAL otherwise. */
 int llmrt_kv_cache_state_save(const llmrt_kv_cache *c, void *buf, size_t size);
