@@ -504,8 +504,8 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
          * first chunk of a head to run is its sequence's last token (tokens go last to first),
          * and a decode step's cache comes from memory (the weights went through the caches
          * since the last layer read it). P.V walks V's cells 32 apart, a pattern the hardware
-         * prefetchers do not follow (benchmarks/README.md, "Decode attention: V asked for
-         * before the scores") */
+         * prefetchers do not follow (benchmarks/README.md, "Decode attention: a head-major
+         * cache, V asked for before the scores") */
         if (pv != NULL && hi >= 0) {
             const llmrt_run_seq *sq = llmrt_token_seq(p->ctx, i);
             if (i == sq->tok0 + sq->n - 1) prefetch_rows_l2(vbase, vcell, lo, hi + 1, (size_t)hd_v * esize);
