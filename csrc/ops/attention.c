@@ -158,12 +158,9 @@ static void visible_mask(const int32_t *cpos, int64_t n_valid, int64_t n_kv, int
     if (*hi >= 0) aligned_range(*lo, *hi, n_kv, a, b);
 }
 
-/* Prefetch (into L2) the first `bytes` of rows [r0, r1), `stride` bytes apart from base. */
-static void prefetch_rows_l2(const char *base, size_t stride, int64_t r0, int64_t r1, size_t bytes) {
-    for (int64_t r = r0; r < r1; r++) {
-        const char *row = base + (size_t)r * stride;
-        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o, 0, 2); /* T1 on x86 */
-    }
+/* Prefetch (into L2) the n bytes at p. */
+static void prefetch_l2(const char *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, 2); /* T1 on x86 */
 }
 
 /* ggml_vec_max_f32 of x[0 .. n) in 8 independent chains (a NaN is skipped, as the per-token path
@@ -508,7 +505,7 @@ void llmrt_compute_attention(const llmrt_compute_params *p, llmrt_tensor *dst) {
          * cache, V asked for before the scores") */
         if (pv != NULL && hi >= 0) {
             const llmrt_run_seq *sq = llmrt_token_seq(p->ctx, i);
-            if (i == sq->tok0 + sq->n - 1) prefetch_rows_l2(vbase, vcell, lo, hi + 1, (size_t)hd_v * esize);
+            if (i == sq->tok0 + sq->n - 1) prefetch_l2(vbase + (size_t)lo * vcell, (size_t)(hi + 1 - lo) * vcell);
         }
         /* scores: K.q on [lo, hi] (masked cells inside are computed, then overwritten) */
         if (hi >= 0) {
