@@ -62,7 +62,9 @@ def isa_emulated():
 SIMDW_OPS = ("add_epi8", "sub_epi16", "add_epi32", "mullo_epi16", "maddubs_epi16", "madd_epi16",
              "shuffle_epi8", "sign_epi8", "srli_epi16_4", "and_or_andnot", "bcast256", "unpack_epi8",
              "dpbusd", "fmadd_ps", "cvtepi32_ps", "cvtph_ps", "reduce_add_ps", "dpbf16_ps",
-             "cvtepu8_epi16", "cvtepi8_epi32", "cvtepi32_epi16", "permutexvar_epi16", "bcast64", "pairsum_epi32", "dpwssd")
+             "cvtepu8_epi16", "cvtepi8_epi32", "cvtepi32_epi16", "permutexvar_epi16", "bcast64", "pairsum_epi32", "dpwssd",
+             "unpacklo_epi32", "unpackhi_epi32", "unpacklo_epi64", "unpackhi_epi64", "shuf128_even",
+             "shuf128_odd")
 
 
 def simdw_op(str backend, str op, const unsigned char[::1] a, const unsigned char[::1] b,

@@ -774,35 +774,54 @@ def ggml_repacked_dot(dx, qx, dy, qy):
     return F32(acc)
 
 
+def llmrt_q4_1_block_dot(dx, mx, qx, dy, sy, qy):
+    """Q4_1 x Q8_1 in llmrt's block order (the avx512_vnni level): per block the whole integer sum,
+    acc = fma(isum, dx·dy, acc), then acc = fma(mx, sy, acc), one f32 chain."""
+    acc = F32(0)
+    for ib in range(qx.shape[0]):
+        isum = int((qx[ib] * qy[ib]).sum())
+        acc = fma32(F32(isum), F32(F32(dx[ib]) * F32(dy[ib])), acc)
+        acc = fma32(F32(mx[ib]), F32(sy[ib]), acc)
+    return F32(acc)
+
+
+@pytest.mark.parametrize("t", (T.Q8_0, T.Q4_1), ids=lambda v: v.name)
 @pytest.mark.parametrize("n", (32, 7 * 32, 24 * 32, 128 * 32))
-def test_q8_0_block_order_from_avx512_vnni(n):
-    """vec_dot[Q8_0] at avx512_vnni (emulated here, real where the CPU has it) is the block order
-    (ggml_repacked_dot: one exact integer per block, one fma), the level's own; the avx2 level keeps
-    llama.cpp's lane order (ggml_dot_q8_0_like). The packed kernels of each level give its vec_dot's
-    bits (tests/test_gemm.py)."""
+def test_block_order_from_avx512_vnni(t, n):
+    """vec_dot[Q8_0] and vec_dot[Q4_1] at avx512_vnni (emulated here, real where the CPU has it) are
+    the block order (ggml_repacked_dot, llmrt_q4_1_block_dot: one exact integer per block, one fma;
+    Q4_1 then the fma of m·s), the level's own; the avx2 level keeps llama.cpp's lane order
+    (ggml_dot_q8_0_like, ggml_dot_q4_1). The packed kernels of each level give its vec_dot's bits
+    (tests/test_gemm.py)."""
     if ISA_LEVELS.index("avx2") > ISA_LEVELS.index(core.isa_max_supported()):
         pytest.skip("CPU lacks avx2")
     from llmrt import runtime
     from conftest import use_isa
-    rng = np.random.default_rng(4100 + n)
+    rng = np.random.default_rng(4100 + n + (0 if t == T.Q8_0 else 7))
+    at = VEC_DOT_TYPE[t]
     levels = ["avx512_vnni-emu"] + (["avx512_vnni"] if "avx512_vnni" in runtime.available_isas() else [])
     before, emulated = runtime.isa(), runtime.isa_emulated()
     differ = 0
     try:
         for _ in range(3):
-            w = random_weights(T.Q8_0, n, rng)
-            ab = quantize_act(T.Q8_0, random_activations(n, rng))
-            qa, sa, _ = act_values(T.Q8_0, ab)
+            w = random_weights(t, n, rng)
+            ab = quantize_act(at, random_activations(n, rng))
+            qa, sa, s_q81 = act_values(at, ab)
             qa, dy = qa.reshape(-1, 32), sa.reshape(-1, 32)[:, 0]
-            parts = unpack(T.Q8_0, w)
+            parts = unpack(t, w)
             qx, dx = parts[0][0], parts[0][2][:, 0]
-            want, lane = ggml_repacked_dot(dx, qx, dy, qa), ggml_dot_q8_0_like(dx, qx, dy, qa)
+            if t == T.Q8_0:
+                want, lane = ggml_repacked_dot(dx, qx, dy, qa), ggml_dot_q8_0_like(dx, qx, dy, qa)
+            else:
+                mx = parts[1][2][:, 0]
+                want = llmrt_q4_1_block_dot(dx, mx, qx, dy, s_q81, qa)
+                lane = ggml_dot_q4_1(dx, mx, qx, dy, s_q81, qa)
             differ += want != lane
             use_isa("avx2")
-            assert F32(core.vec_dot(int(T.Q8_0), w, ab, n)) == lane, "avx2"
+            assert F32(core.vec_dot(int(t), w, ab, n)) == lane, "avx2"
             for level in levels:
                 use_isa(level)
-                assert F32(core.vec_dot(int(T.Q8_0), w, ab, n)) == want, level
+                assert F32(core.vec_dot(int(t), w, ab, n)) == want, level
     finally:
         (runtime.set_isa_emulated if emulated else runtime.set_isa)(before)
     if n >= 24 * 32:

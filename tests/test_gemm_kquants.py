@@ -290,9 +290,9 @@ def test_gemm_several_groups_per_call_kquants(isa_level, t, k, rng):
     assert_calls_of_several_groups(pw, a, vec_dot_all(t, w, a, k), R, M, n_xs, f"{t.name} k={k}")
 
 
-# every packed type whose avx512_vnni kernels keep the avx2 level's order (Q8_0 has its own block order
-# there: test_dot.py::test_q8_0_block_order_from_avx512_vnni)
-LEVEL_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.IQ4_NL) + KQUANTS
+# every packed type whose avx512_vnni kernels keep the avx2 level's order (Q8_0 and Q4_1 have their own
+# block order there: test_dot.py::test_block_order_from_avx512_vnni)
+LEVEL_TYPES = (T.Q4_0, T.Q5_0, T.Q5_1, T.IQ4_NL) + KQUANTS
 
 
 def _gemm_calls(pw, a, M):

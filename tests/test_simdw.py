@@ -139,6 +139,15 @@ def reference(op, a, b, c):
             hi = np.stack([xs[8:], ys[8:]], 1).ravel()
             out[16 * lane:16 * lane + 16] = lo + hi
         return wrap(out, 8).astype(np.int8).tobytes()
+    if op.startswith("unpack") and op[-2:] in ("32", "64"):   # per 128-bit lane: a's half, b's half interleaved
+        w = 4 if op.endswith("32") else 8
+        x, y = (np.frombuffer(v, np.uint8).reshape(4, 16 // w, w) for v in (a, b))
+        h = 16 // w // 2
+        xs, ys = (x[:, :h], y[:, :h]) if op.startswith("unpacklo") else (x[:, h:], y[:, h:])
+        return np.stack([xs, ys], 2).tobytes()
+    if op.startswith("shuf128"):   # 128-bit lanes [a0, a2, b0, b2] / [a1, a3, b1, b3]
+        k = 0 if op.endswith("even") else 1
+        return a[16 * k:16 * k + 16] + a[16 * (k + 2):16 * (k + 2) + 16] + b[16 * k:16 * k + 16] + b[16 * (k + 2):16 * (k + 2) + 16]
     if op == "cvtepu8_epi16":
         return u8(a)[:32].astype(np.uint16).tobytes()
     if op == "cvtepi8_epi32":

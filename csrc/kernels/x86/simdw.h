@@ -78,6 +78,22 @@ static inline wvf w_cat_ps(__m256 lo, __m256 hi) { wvf r = { lo, hi }; return r;
 #endif
 
 /* ---- integer ------------------------------------------------------------------------------------- */
+/* 128-bit lanes across two vectors: [a0, a2, b0, b2] and [a1, a3, b1, b3] (lane i: bytes 16i..16i+15) */
+#ifdef SIMDW_AVX512
+static inline wvi w_shuf128_even(wvi a, wvi b) { return _mm512_shuffle_i32x4(a, b, 0x88); }
+static inline wvi w_shuf128_odd(wvi a, wvi b) { return _mm512_shuffle_i32x4(a, b, 0xDD); }
+#else
+static inline wvi w_shuf128_even(wvi a, wvi b) {
+    wvi r = { _mm256_permute2x128_si256(a.lo, a.hi, 0x20), _mm256_permute2x128_si256(b.lo, b.hi, 0x20) };
+    return r;
+}
+static inline wvi w_shuf128_odd(wvi a, wvi b) {
+    wvi r = { _mm256_permute2x128_si256(a.lo, a.hi, 0x31), _mm256_permute2x128_si256(b.lo, b.hi, 0x31) };
+    return r;
+}
+#endif
+
+
 #ifdef SIMDW_AVX512
 static inline wvi w_loadu(const void *p) { return _mm512_loadu_si512(p); }
 static inline wvi w_load(const void *p) { return _mm512_load_si512(p); } /* 64-byte aligned */
