@@ -224,3 +224,35 @@ def test_repacked_order_long_rows(isa_level, t, K, rng):
                    dtype=np.float32)
     pw = core.pack_weight(w, int(t), K, M)
     assert_calls_of_several_groups(pw, x, ref, R, M, (1, 5, 64, 70), f"{core.kernel_names()['gemm'][t.name]} K={K}")
+
+
+def _mul_mat_graph(w, t, K, M, n, threads, pack):
+    """One MUL_MAT node y = W x (x: rows of a fixed random F32 table, quantized by the graph)."""
+    g = core.Graph(n, threads, pack=pack)
+    emb = np.random.default_rng(1).standard_normal((64, K)).astype(np.float32)
+    x = g.get_rows(g.weight(emb, int(T.F32), (K, 64)), g.input_tokens())
+    g.set_output(g.mul_mat(g.weight(w, int(t), (K, M)), x))
+    g.single_thread_work = 0   # every node on every thread: the decode split runs
+    g.build()
+    return g
+
+
+@pytest.mark.parametrize("t", (T.Q4_1, T.Q4_0, T.Q8_0), ids=lambda v: v.name)
+@pytest.mark.parametrize("M", (12, 52, 203, 1037))
+def test_decode_split_same_bits_for_any_thread_count(isa_level, t, M, rng):
+    """MUL_MAT of up to 4 tokens splits the packed groups into one contiguous range per thread and a
+    claimed tail (csrc/ops/mul_mat.c), in units of gemm_align groups where the level's gemm is a tile
+    of several (avx512_vnni's Q4_1: 4): with 2, 3 and 5 threads every output keeps the bits of the
+    plain rows' vec_dot (pack=False), whatever M leaves for the last call (a lone group, a partial
+    unit, rows past the last group)."""
+    K = 96
+    w = random_rows(t, K, M, rng)
+    for n in (1, 3, 4):
+        tok = rng.integers(0, 64, n).astype(np.int32)
+        pos = np.arange(n, dtype=np.int32)
+        want = np.array(_mul_mat_graph(w, t, K, M, n, 1, False).run(tok, pos), copy=True)
+        assert np.isfinite(want).all() and want.shape[-1] == M
+        for threads in (2, 3, 5):
+            got = _mul_mat_graph(w, t, K, M, n, threads, True).run(tok, pos)
+            np.testing.assert_array_equal(np.asarray(got).view(np.uint32), want.view(np.uint32),
+                                          err_msg=f"{t.name} M={M} n={n} threads={threads} ({isa_level})")

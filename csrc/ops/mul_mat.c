@@ -80,7 +80,7 @@ static void mm_groups(const llmrt_packed *pw, llmrt_gemm_fn gemm, int G, int64_t
 }
 
 static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llmrt_gemm_fn gemm,
-                           int gemm_groups) {
+                           int gemm_groups, int gemm_align) {
     const llmrt_packed *pw = dst->src[0]->packed;
     const llmrt_tensor *x = dst->src[1];
     const int64_t nr = llmrt_nrows(x);
@@ -96,14 +96,16 @@ static void mul_mat_packed(const llmrt_compute_params *p, llmrt_tensor *dst, llm
          * ahead in), then the last 1/8 goes in small claimed chunks to whichever thread is done
          * first (a thread that starts late or runs slower is helped by up to that much; further
          * behind, the node waits for it). */
-        int64_t g_lo, g_hi;
-        const int64_t head = llmrt_split_head(p, ng, &g_lo, &g_hi), tail = ng - head;
-        mm_groups(pw, gemm, G, g_lo, g_hi, xd, xs, (int)nr, yd, ys);
-        int64_t tpc = tail / ((int64_t)MM_TAIL_CHUNKS * p->nth);  /* groups per tail chunk */
+        const int64_t A = gemm_align > 1 ? gemm_align : 1;   /* the split's unit: A groups */
+        const int64_t nu = (ng + A - 1) / A;
+        int64_t u_lo, u_hi;
+        const int64_t head = llmrt_split_head(p, nu, &u_lo, &u_hi), tail = nu - head;
+        mm_groups(pw, gemm, G, u_lo * A, u_hi * A < ng ? u_hi * A : ng, xd, xs, (int)nr, yd, ys);
+        int64_t tpc = tail / ((int64_t)MM_TAIL_CHUNKS * p->nth);  /* units per tail chunk */
         if (tpc < 1) tpc = 1;
         for (int64_t c = llmrt_claim(p); c * tpc < tail; c = llmrt_claim(p)) {
-            const int64_t g0 = head + c * tpc;
-            mm_groups(pw, gemm, G, g0, g0 + tpc < ng ? g0 + tpc : ng, xd, xs, (int)nr, yd, ys);
+            const int64_t g0 = (head + c * tpc) * A, g1 = (head + (c + 1) * tpc) * A;
+            mm_groups(pw, gemm, G, g0, g1 < ng ? g1 : ng, xd, xs, (int)nr, yd, ys);
         }
         return;
     }
@@ -208,7 +210,7 @@ void llmrt_compute_mul_mat(const llmrt_compute_params *p, llmrt_tensor *dst) {
     }
     const llmrt_gemm_fn gemm = w->packed ? p->ctx->kt->gemm[w->type] : NULL;
     if (gemm != NULL) {
-        mul_mat_packed(p, dst, gemm, p->ctx->kt->gemm_groups[w->type]);
+        mul_mat_packed(p, dst, gemm, p->ctx->kt->gemm_groups[w->type], p->ctx->kt->gemm_align[w->type]);
         return;
     }
     const int K = (int)w->ne[0];

@@ -37,6 +37,10 @@
  *   int    gemm_groups[t]                   G (0 means 1): gemm may be given up to G consecutive
  *          groups at once (group_bytes apart): n_rows <= G * R, row r in group r / R; the same
  *          bits as G calls of one group. Whoever sets gemm[t] sets gemm_groups[t] with it.
+ *   int    gemm_align[t]                    A (0 means 1): for a gemm whose call is one tile of A
+ *          groups (a call of fewer still computes the absent groups' lanes), MUL_MAT's decode split
+ *          gives each thread a range, and each claimed chunk, that starts on a multiple of A groups
+ *          (A divides G). Set with gemm[t] where it matters; the bits never depend on it.
  * A level whose vec_dot[t] computes in another order than the gemm registered below it, and that
  * has no gemm of its own for t, sets gemm[t] = NULL: MUL_MAT then runs vec_dot on the plain rows
  * (the weight's data), so results stay bit-exact with vec_dot at every level.

@@ -235,6 +235,7 @@ typedef struct {
     llmrt_gemm_fn gemm[LLMRT_TYPE_COUNT];
     const char *gemm_name[LLMRT_TYPE_COUNT];
     int gemm_groups[LLMRT_TYPE_COUNT];  /* consecutive groups one gemm call may take (0 means 1) */
+    int gemm_align[LLMRT_TYPE_COUNT];   /* decode splits start on multiples of this many groups (0 means 1) */
     /* attn_pv[T] reproduces the order of attn_pv_dot[T]; attention's column-by-column path uses
      * attn_pv_dot[T] as its dot (vec_dot[T] where no attention kernel is registered), so a higher
      * level that widens vec_dot[T] without attention kernels of its own keeps the lower level's
