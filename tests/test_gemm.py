@@ -103,8 +103,8 @@ def test_repacked_order_decode_rows_past_the_staging(isa_level, t, rng):
     """The avx2 decode GEMV (n_x <= X8_SMALL_NX = 8, IQ4_NL 6: one token, or passes of 2 token pairs,
     an odd last token staged twice) stages a token's 8·Σy and d_y for up to 1024 blocks at once and runs
     longer rows in chunks of that many blocks (at avx512_vnni Q4_0's 2-4 tokens run the same GEMV with
-    vpdpbusd sums, and Q8_0's the one-token GEMV staged the same way, the batched steps' q8bn_gemv in
-    chunks of 64 blocks): a row of 1030 blocks (K = 32960) still has vec_dot's bits, for 1 to 8
+    vpdpbusd sums, and Q8_0's the one-token GEMV staged the same way, q8x_gemm's 2 to 16 tokens in
+    chunks of 256 blocks): a row of 1030 blocks (K = 32960) still has vec_dot's bits, for 1 to 8
     tokens. (An odd last block: K = 32, 96 and 416 in the tests above.)"""
     K, R = 32 * 1030, core.pack_rows(int(t))
     M = 2 * R + 1
