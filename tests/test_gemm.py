@@ -242,7 +242,7 @@ def _mul_mat_graph(w, t, K, M, n, threads, pack):
 def test_decode_split_same_bits_for_any_thread_count(isa_level, t, M, rng):
     """MUL_MAT of up to 4 tokens splits the packed groups into one contiguous range per thread and a
     claimed tail (csrc/ops/mul_mat.c), in units of gemm_align groups where the level's gemm is a tile
-    of several (avx512_vnni's Q4_1: 4): with 2, 3 and 5 threads every output keeps the bits of the
+    of several (avx512_vnni's Q4_1 and Q8_0: 4): with 2, 3 and 5 threads every output keeps the bits of the
     plain rows' vec_dot (pack=False), whatever M leaves for the last call (a lone group, a partial
     unit, rows past the last group)."""
     K = 96
